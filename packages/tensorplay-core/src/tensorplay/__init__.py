@@ -1,0 +1,82 @@
+"""TensorPlay: a PyTorch-style tensor framework whose extension path is first-class.
+
+>>> import tensorplay as tp
+>>> (tp.ones(2, 3) + tp.arange(3)).sum().item()
+12.0
+"""
+
+from pkgutil import extend_path
+
+# Other distributions (tensorplay-library, -compile, ...) add subpackages to this package.
+__path__ = extend_path(__path__, __name__)
+
+from tensorplay._version import __version__  # noqa: E402
+from tensorplay import _dtype  # noqa: E402
+from tensorplay._dtype import (  # noqa: E402
+    bfloat16, bool, complex64, complex128, dtype, float16, float32, float64, int8, int16,
+    int32, int64, uint8, get_default_dtype, set_default_dtype, promote_types,
+)
+from tensorplay._dtype import (  # noqa: E402 - torch aliases
+    float16 as half, float32 as float, float64 as double, int64 as long, int32 as int,
+    int16 as short, complex64 as cfloat, complex128 as cdouble,
+)
+from tensorplay._device import device  # noqa: E402
+from tensorplay._tensor import Tensor, Size  # noqa: E402
+from tensorplay._storage import UntypedStorage  # noqa: E402
+from tensorplay._factories import (  # noqa: E402
+    Generator, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
+    initial_seed, linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
+    randint_like, randn, randn_like, randperm, seed, tensor, zeros, zeros_like,
+)
+from tensorplay import _optable  # noqa: E402
+from tensorplay._bind import allclose, equal, max, min  # noqa: E402
+from tensorplay._dlpack import from_dlpack  # noqa: E402
+from tensorplay._meta import broadcast_shapes  # noqa: E402
+from tensorplay import cuda  # noqa: E402
+
+# Every op-table row becomes ``tp.<name>`` (one definition per op: _optable.py).
+globals().update({row.name: row.fn for row in _optable.ROWS if not row.name.endswith("_dim")
+                  and not row.name.startswith("contiguous")})
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(input: Tensor) -> int:
+    return input.numel()
+
+
+def result_type(tensor1, tensor2) -> dtype:
+    """The dtype an op on ``tensor1`` and ``tensor2`` returns (PyTorch promotion)."""
+    groups = ([], [], [])
+    for x in (tensor1, tensor2):
+        if isinstance(x, Tensor):
+            groups[0 if x.dim() else 1].append(x.dtype)
+        else:
+            groups[2].append(_dtype.scalar_dtype(x))
+    return _dtype.result_type_of(*groups)
+
+
+def can_cast(from_: dtype, to: dtype) -> bool:  # noqa: A002
+    return _dtype.can_cast(from_, to)
+
+
+_LAZY = {"library": "tensorplay-library", "compile": "tensorplay-compile",
+         "compiler": "tensorplay-compile", "graph": "tensorplay-compile",
+         "kernels": "tensorplay-kernels"}
+
+
+def __getattr__(name: str):
+    # Components are separate distributions: resolve them on first use, never at import.
+    if name in _LAZY:
+        import importlib
+
+        mod_name = "compiler" if name == "compile" else name
+        try:
+            mod = importlib.import_module(f"tensorplay.{mod_name}")
+        except ImportError as e:
+            raise ImportError(f"tensorplay.{name} needs the {_LAZY[name]} distribution: "
+                              f"pip install ./packages/{_LAZY[name]} ({e})") from e
+        return getattr(mod, "compile") if name == "compile" else mod
+    raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")

@@ -1,0 +1,264 @@
+"""Attach the op table to ``Tensor`` (methods, in-place methods, operators) and add the
+few methods that are compositions of ops rather than ops (``to``, ``copy_``, ``max``...).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorplay import _device, _indexing
+from tensorplay import _dtype as D
+from tensorplay._device import CPU, META, canonical
+from tensorplay._dispatch import OPS, check_writable
+from tensorplay._optable import ROWS, MinMax
+from tensorplay._tensor import Tensor, adopt_array, empty_tensor
+
+_NUMBER = (bool, int, float, complex, np.generic)
+_REFLECTED = {"__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rfloordiv__", "__rmod__",
+              "__rpow__", "__rmatmul__", "__rand__", "__ror__", "__rxor__"}
+
+
+def _operator(row, dunder):
+    fn = row.fn
+    if dunder.startswith("__i") and dunder != "__invert__":
+        inplace = row.inplace_fn
+
+        def op(self, other):
+            if not isinstance(other, (Tensor,) + _NUMBER):
+                return NotImplemented
+            return inplace(self, other)
+    elif dunder in _REFLECTED:
+        def op(self, other):
+            if not isinstance(other, (Tensor,) + _NUMBER):
+                return NotImplemented
+            return fn(other, self)
+    elif dunder in ("__neg__", "__abs__", "__invert__"):
+        def op(self):
+            return fn(self)
+    else:
+        def op(self, other):
+            if not isinstance(other, (Tensor,) + _NUMBER):
+                return NotImplemented
+            return fn(self, other)
+    op.__name__ = op.__qualname__ = dunder
+    return op
+
+
+def _attach():
+    for row in ROWS:
+        if row.method:
+            setattr(Tensor, row.name, row.fn)
+        if row.inplace_fn is not None:
+            setattr(Tensor, row.name + "_", row.inplace_fn)
+        for dunder in row.dunders:
+            setattr(Tensor, dunder, _operator(row, dunder))
+    Tensor.__hash__ = object.__hash__
+
+
+# ---- overloads that pick a row --------------------------------------------------------------
+
+
+def _extreme(name):
+    full, dim_row, pair = OPS["a" + name], OPS[name + "_dim"], OPS[name + "imum"]
+
+    def extreme(input, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):
+            return pair.fn(input, dim)
+        if dim is None:
+            if isinstance(input, Tensor) and input.numel() == 0:
+                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
+                                   "input.numel() == 0. Specify the reduction dim with the 'dim' "
+                                   "argument.")
+            return full.fn(input)
+        return MinMax(*dim_row.fn(input, dim, keepdim))
+
+    extreme.__name__ = extreme.__qualname__ = name
+    extreme.__doc__ = (f"{name}(input) -> Tensor; {name}(input, dim, keepdim=False) -> "
+                       f"(values, indices); {name}(input, other) -> {name}imum(input, other)")
+    return extreme
+
+
+max = _extreme("max")  # noqa: A001 - torch's public names
+min = _extreme("min")  # noqa: A001
+
+
+def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    """True when every element is close (``isclose``); shapes must broadcast."""
+    return bool(OPS["isclose"].fn(input, other, rtol, atol, equal_nan).all().item())
+
+
+def equal(input, other) -> bool:
+    """True when both tensors have the same shape and elements."""
+    if input._shape != other._shape:
+        return False
+    return bool(OPS["eq"].fn(input, other).all().item())
+
+
+def _contiguous(self, memory_format=None):
+    return self if self.is_contiguous() else OPS["contiguous_copy"].fn(self)
+
+
+# ---- conversions: dtype and device ------------------------------------------------------------
+
+
+def _parse_to(args, kwargs):
+    dtype, device = kwargs.pop("dtype", None), kwargs.pop("device", None)
+    copy = kwargs.pop("copy", False)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("memory_format", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected keyword arguments {sorted(kwargs)}")
+    for a in args:
+        if isinstance(a, D.dtype):
+            dtype = a
+        elif isinstance(a, Tensor):
+            dtype, device = a.dtype, a.device
+        elif isinstance(a, (str, int, _device.device)) and not isinstance(a, bool):
+            device = a
+        elif isinstance(a, bool):
+            copy = a
+        else:
+            raise TypeError(f"to(): received an invalid combination of arguments: {a!r}")
+    return dtype, device, copy
+
+
+def _to(self, *args, **kwargs):
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; copies only if needed."""
+    dtype, device, copy = _parse_to(args, dict(kwargs))
+    dt = dtype or self.dtype
+    dev = canonical(device) if device is not None else self.device
+    if dt is self.dtype and dev is self.device and not copy:
+        return self
+    return convert(self, dt, dev)
+
+
+def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
+    """A copy of ``t`` with dtype ``dt`` on device ``dev``."""
+    if dev is META or t.device is META:
+        if t.device is META and dev is not META:
+            raise NotImplementedError("Cannot copy out of meta tensor; no data!")
+        return empty_tensor(t._shape, dt, META)
+    src = t._data
+    with np.errstate(all="ignore"):
+        if t.device is not dev:
+            if dev is CPU:
+                src = src.get()
+            else:
+                cp = _device.cupy_or_raise()
+                with cp.cuda.Device(dev.index):
+                    src = cp.asarray(src)
+        arr = src.astype(dt.np, copy=False) if src.dtype != dt.np else src
+        out = empty_tensor(t._shape, dt, dev)
+        if out._data.size:
+            out._data[...] = arr
+    return out
+
+
+def _copy_(self, src, non_blocking=False):
+    """Copy ``src`` (broadcast, cast, any device) into ``self``."""
+    if not isinstance(src, Tensor):
+        raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    check_writable("copy_", self)
+    from tensorplay._meta import broadcast_shapes  # noqa: PLC0415
+
+    if broadcast_shapes(self._shape, src._shape, op="copy_") != self._shape:
+        raise RuntimeError(f"copy_(): source of shape {list(src._shape)} cannot be broadcast to "
+                           f"{list(self._shape)}")
+    if self._data is not None and src._data is not None:
+        data = src._data
+        if src.device is not self.device:
+            data = convert(src, src.dtype, self.device)._data
+        with np.errstate(all="ignore"):
+            self._data[...] = data
+    self._bump_version()
+    return self
+
+
+def _fill_(self, value):
+    check_writable("fill_", self)
+    if isinstance(value, Tensor):
+        if value.dim() != 0:
+            raise RuntimeError(f"fill_(): only supports 0-dimension value tensor but got tensor "
+                               f"with {value.dim()} dimensions.")
+        value = value.item()
+    if self._data is not None:
+        with np.errstate(all="ignore"):
+            self._data[...] = value
+    self._bump_version()
+    return self
+
+
+def _zero_(self):
+    return _fill_(self, 0)
+
+
+def _random_(name, sample):
+    def method(self, *args, generator=None):
+        check_writable(name, self)
+        if not self.dtype.is_floating_point:
+            raise RuntimeError(f"{name}(): expected a floating point tensor, got {self.dtype}")
+        from tensorplay._factories import default_generator  # noqa: PLC0415
+
+        if self._data is not None:
+            rng = (generator or default_generator)._rng
+            vals = sample(rng, self._shape, *args)
+            tmp = adopt_array(np.asarray(vals).astype(self.dtype.np), self.dtype, CPU)
+            _copy_(self, tmp)
+        else:
+            self._bump_version()
+        return self
+
+    method.__name__ = name
+    return method
+
+
+def _where(self, condition, other):
+    return OPS["where"].fn(condition, self, other)
+
+
+def _cast(dt):
+    def method(self):
+        return _to(self, dt)
+
+    return method
+
+
+def _type(self, dtype=None):
+    if dtype is None:
+        return f"tensorplay.{self.dtype.name.capitalize()}Tensor"
+    return _to(self, dtype)
+
+
+def _install_composites():
+    Tensor.__getitem__ = _indexing.getitem
+    Tensor.__setitem__ = _indexing.setitem
+    Tensor.contiguous = _contiguous
+    Tensor.to = _to
+    Tensor.cpu = lambda self: _to(self, "cpu")
+    Tensor.cuda = lambda self, device=None: _to(self, _device.device("cuda", device)
+                                               if isinstance(device, int) else device or "cuda")
+    Tensor.copy_ = _copy_
+    Tensor.fill_ = _fill_
+    Tensor.zero_ = _zero_
+    Tensor.uniform_ = _random_("uniform_", lambda r, s, a=0.0, b=1.0: r.uniform(a, b, s))
+    Tensor.normal_ = _random_("normal_", lambda r, s, mean=0.0, std=1.0: r.normal(mean, std, s))
+    Tensor.max = max
+    Tensor.min = min
+    Tensor.where = _where
+    Tensor.allclose = allclose
+    Tensor.equal = equal
+    Tensor.type = _type
+    Tensor.__pos__ = lambda self: self
+    for name, dt in [("float", D.float32), ("double", D.float64), ("half", D.float16),
+                     ("bfloat16", D.bfloat16), ("int", D.int32), ("long", D.int64),
+                     ("short", D.int16), ("bool", D.bool), ("byte", D.uint8), ("char", D.int8)]:
+        setattr(Tensor, name, _cast(dt))
+    Tensor.T = property(lambda self: self.permute(*reversed(range(self.dim()))))
+    Tensor.mT = property(lambda self: self.transpose(-2, -1))
+    Tensor.view_as = lambda self, other: self.view(other._shape)
+    Tensor.reshape_as = lambda self, other: self.reshape(other._shape)
+    Tensor.type_as = lambda self, other: _to(self, other.dtype)
+
+
+_attach()
+_install_composites()

@@ -1,0 +1,132 @@
+"""Devices (``cpu``, ``cuda[:i]``, ``meta``) and the array module behind each.
+
+CPU arrays are numpy, CUDA arrays are CuPy (optional: ``tensorplay-core[cuda]``),
+and ``meta`` tensors hold no data at all. Device objects are interned so the
+dispatcher can compare them with ``is``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+__all__ = ["device", "cupy_or_raise", "array_module"]
+
+_TYPES = ("cpu", "cuda", "meta")
+
+
+class device:
+    """``tp.device("cpu" | "cuda" | "cuda:0" | "meta")`` or ``tp.device("cuda", 1)``."""
+
+    __slots__ = ("type", "index")
+    _cache: dict = {}
+
+    def __new__(cls, spec="cpu", index: int | None = None):
+        if isinstance(spec, device):
+            return spec
+        key = (spec, index)
+        hit = cls._cache.get(key)
+        if hit is not None:
+            return hit
+        typ, idx = _parse(spec, index)
+        canon = cls._cache.get((typ, idx, "canon"))
+        if canon is None:
+            canon = object.__new__(cls)
+            canon.type, canon.index = typ, idx
+            cls._cache[(typ, idx, "canon")] = canon
+        cls._cache[key] = canon
+        return canon
+
+    def __repr__(self) -> str:
+        return f"device(type='{self.type}'" + (
+            f", index={self.index})" if self.index is not None else ")")
+
+    def __str__(self) -> str:
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, str):
+            other = device(other)
+        return self is other
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.index))
+
+    def __reduce__(self):
+        return (device, (str(self),))
+
+
+def _parse(spec, index):
+    if isinstance(spec, int) and not isinstance(spec, bool):
+        return "cuda", spec
+    if not isinstance(spec, str):
+        raise TypeError(f"device(): expected a string like 'cpu' or 'cuda:0', got {spec!r}")
+    typ, sep, rest = spec.partition(":")
+    if typ not in _TYPES:
+        raise RuntimeError(
+            f"device(): unknown device type {typ!r} in {spec!r}; expected one of {list(_TYPES)}")
+    if sep:
+        if index is not None:
+            raise ValueError(f"device(): index given twice in device({spec!r}, {index})")
+        if not rest.isdigit():
+            raise RuntimeError(f"device(): invalid device index in {spec!r}")
+        index = int(rest)
+    if index is not None and (not isinstance(index, int) or index < 0):
+        raise RuntimeError(f"device(): device index must be a non-negative int, got {index!r}")
+    if typ == "cuda" and index is None:
+        index = None  # "cuda" means the current device, like torch
+    if typ != "cuda" and index not in (None, 0):
+        raise RuntimeError(f"device(): {typ} has a single device, got index {index}")
+    return typ, (None if typ != "cuda" else index)
+
+
+CPU = device("cpu")
+META = device("meta")
+
+
+@functools.lru_cache(maxsize=1)
+def _cupy():
+    try:
+        import cupy  # noqa: PLC0415 - optional dependency, imported on first CUDA use
+    except ImportError as e:
+        return None, f"CuPy is not installed ({e}); install tensorplay-core[cuda]"
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+    except Exception as e:  # noqa: BLE001 - CuPy raises driver-specific errors
+        return None, f"CuPy is installed but CUDA is unusable: {e}"
+    if n == 0:
+        return None, "CuPy is installed but no CUDA device is visible"
+    return cupy, None
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None when CUDA works, else the exact reason it does not."""
+    return _cupy()[1]
+
+
+def cupy_or_raise():
+    mod, why = _cupy()
+    if mod is None:
+        raise RuntimeError(f"CUDA is not available: {why}. "
+                           "Install the CUDA extra: pip install 'tensorplay-core[cuda]'")
+    return mod
+
+
+def array_module(dev: device):
+    """numpy for CPU, cupy for CUDA; meta tensors have no array module."""
+    if dev is CPU:
+        return np
+    if dev.type == "cuda":
+        return cupy_or_raise()
+    raise RuntimeError(f"device '{dev}' holds no data")
+
+
+def canonical(dev) -> device:
+    """Resolve ``dev`` (str/int/device/None) and pin ``cuda`` to the current index."""
+    d = device(dev) if dev is not None else CPU
+    if d.type == "cuda":
+        cp = cupy_or_raise()
+        if d.index is None:
+            d = device("cuda", cp.cuda.runtime.getDevice())
+    return d

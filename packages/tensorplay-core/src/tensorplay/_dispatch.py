@@ -1,0 +1,439 @@
+"""From an op-table row to a callable: argument binding, the fast path, the general path.
+
+Every public op is generated from its row (``OpDef``) by ``register``: a small
+Python function with the row's own signature (so Python does the argument
+parsing), which tries the *fast path* for plain pointwise calls and otherwise
+hands over to ``call``, the one general path:
+
+    check arguments -> common device -> dtype (promotion) -> meta rule (shape)
+    -> kernel on numpy/CuPy arrays -> wrap result (or write into out=/self)
+
+Overrides, modes, autocast and autograd plug in at ``call`` through ``state``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from tensorplay import _device, _meta
+from tensorplay import _dtype as D
+from tensorplay._device import CPU, META
+from tensorplay._storage import cpu_empty
+from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, wrap_array
+
+__all__ = ["OpDef", "register", "call", "OPS", "state"]
+
+
+class _State:
+    """Global switches read on every call; ``plain`` is the fast-path gate.
+
+    ``plain`` stays True while nothing (override modes, dispatch modes, profiler,
+    autocast) needs to see individual calls; components that add such a layer
+    clear it while active.
+    """
+
+    plain = True
+
+
+state = _State()
+
+
+@dataclasses.dataclass(eq=False)
+class OpDef:
+    """One row of the op table: everything TensorPlay knows about an op.
+
+    ``params`` is the public function's parameter list; its first ``n_inputs``
+    parameters (or the one variadic/sequence parameter when ``n_inputs`` is
+    ``"seq"``) are the tensor inputs. ``kernel(xp, *arrays, **params)`` runs on
+    numpy or CuPy arrays; ``shape(*inputs, **params)`` is the meta rule;
+    ``dtype(promoted, params) -> (compute, out)`` the dtype rule. View rows have
+    no kernel: ``shape`` returns ``(shape, stride, offset)`` of the view.
+    """
+
+    name: str
+    params: str
+    kind: str = "pointwise"             # pointwise | reduction | view | other
+    kernel: Callable | None = None
+    shape: Callable | None = None
+    dtype: Callable = _meta.same
+    promote: str = "result_type"       # result_type | same | first | none
+    n_inputs: Any = 1
+    cast: tuple | None = None          # indexes of inputs cast to the compute dtype
+    ufunc: str | None = None           # numpy/CuPy ufunc name: enables the fast path
+    allow: str = "bifc"                # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
+    method: bool = True
+    inplace: bool = False
+    out: bool = False
+    dunders: tuple = ()
+    multi: bool = False                # returns a tuple of tensors
+    vjp: Callable | None = None        # filled by the autograd work
+    jvp: Callable | None = None
+    doc: str = ""
+    fn: Callable | None = None         # the generated public function
+    fast: dict = dataclasses.field(default_factory=dict)
+    defaults: dict = dataclasses.field(default_factory=dict)
+    inplace_fn: Callable | None = None
+
+
+OPS: dict[str, OpDef] = {}
+_CATS = {0: "b", 1: "i", 2: "f", 3: "c"}
+
+
+# ---- the general path ------------------------------------------------------------
+
+
+def _inputs(row: OpDef, targs: tuple) -> list:
+    """The tensor-or-scalar inputs of a call, flattened (cat's list counts)."""
+    if row.n_inputs == "seq":
+        seq = targs[0]
+        if isinstance(seq, Tensor) or not isinstance(seq, (list, tuple)):
+            raise TypeError(f"{row.name}(): expected a sequence of Tensors, got "
+                            f"{type(seq).__name__}")
+        for i, t in enumerate(seq):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{row.name}(): expected Tensor as element {i} in argument 0, "
+                                f"but got {type(t).__name__}")
+        return list(seq)
+    return list(targs)
+
+
+def _common_device(row: OpDef, items: list):
+    dev = None
+    for x in items:
+        if isinstance(x, Tensor):
+            d = x.device
+            if dev is None or dev is d:
+                dev = d
+            elif x._shape == () and d is CPU:
+                continue  # 0-d CPU tensors act as scalars next to CUDA tensors (torch rule)
+            elif dev is CPU and _first_shape(items, dev) == ():
+                dev = d
+            else:
+                raise RuntimeError(
+                    f"{row.name}(): expected all tensors to be on the same device, but found at "
+                    f"least two devices, {dev} and {d}")
+    if dev is None:
+        raise TypeError(f"{row.name}(): expected at least one Tensor argument")
+    return dev
+
+
+def _first_shape(items, dev):
+    for x in items:
+        if isinstance(x, Tensor) and x.device is dev:
+            return x._shape
+    return None
+
+
+def _check_scalar(row: OpDef, x, i: int):
+    if isinstance(x, (bool, int, float, complex, np.generic)):
+        return
+    raise TypeError(f"{row.name}(): argument {i} must be a Tensor or a number, got "
+                    f"{type(x).__name__}")
+
+
+def _promoted(row: OpDef, items: list, idx) -> D.dtype:
+    sel = [items[i] for i in idx] if idx is not None else items
+    if row.promote == "first":
+        return sel[0].dtype
+    dims, zeros, scalars = [], [], []
+    for x in sel:
+        if isinstance(x, Tensor):
+            (dims if x._shape else zeros).append(x.dtype)
+        elif x is not None:
+            scalars.append(D.scalar_dtype(x))
+    if row.promote == "same":
+        kinds = {d for d in dims + zeros}
+        if len(kinds) > 1:
+            names = " and ".join(sorted(d.name for d in kinds))
+            raise RuntimeError(f"{row.name}(): expected both inputs to have the same dtype, "
+                               f"but got {names}; convert one with .to(dtype)")
+    return D.result_type_of(dims, zeros, scalars)
+
+
+def _as_array(xp, x, dt: D.dtype, dev):
+    if isinstance(x, Tensor):
+        a = x._data
+        if x.device is not dev:  # a 0-d CPU tensor next to CUDA tensors
+            a = xp.asarray(a)
+        return a if a.dtype == dt.np else a.astype(dt.np)
+    if x is None:
+        return None
+    return xp.asarray(np.array(x).astype(dt.np) if xp is np else x, dtype=dt.np)
+
+
+def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
+         inplace: Tensor | None = None):
+    """Run ``row`` on ``targs`` (tensor inputs) and ``params`` (everything else)."""
+    items = _inputs(row, targs)
+    for i, x in enumerate(items):
+        if not isinstance(x, Tensor):
+            _check_scalar(row, x, i)
+    dev = _common_device(row, items)
+    promoted = _promoted(row, items, row.cast)
+    if _CATS[promoted.category] not in row.allow:
+        raise TypeError(f"{row.name}(): not supported for dtype {promoted}")
+    if row.kind == "view":
+        return _call_view(row, targs, params)
+    cdt, odt = row.dtype(promoted, params)
+    shape = row.shape(*targs, **params)
+    if inplace is not None:
+        _check_inplace(row, inplace, shape, odt)
+    if dev is META:
+        result = _meta_result(row, shape, odt)
+    else:
+        xp = _device.array_module(dev)
+        cast = row.cast if row.cast is not None else range(len(targs))
+        arrays = [_as_array(xp, x, cdt, dev) if i in cast else _raw(x, row, i)
+                  for i, x in enumerate(targs)] if row.n_inputs != "seq" else \
+            [[_as_array(xp, x, cdt, dev) for x in items]]
+        if inplace is not None and row.ufunc is not None and cdt is odt and \
+                inplace.dtype is odt and params == row.defaults:
+            with _quiet(xp):
+                getattr(xp, row.ufunc)(*arrays, out=inplace._data)
+            inplace._bump_version()
+            return inplace
+        try:
+            with _quiet(xp):
+                r = row.kernel(xp, *arrays, **params)
+        except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
+            raise RuntimeError(f"{row.name}(): {e}") from e
+        result = _wrap_result(row, r, odt, dev)
+    if inplace is not None:
+        return _write_inplace(row, inplace, result)
+    if out is not None:
+        return _write_out(row, out, result)
+    return result
+
+
+def _quiet(xp):
+    # torch returns inf/nan silently (log(0), 0/0); numpy would warn.
+    return np.errstate(all="ignore") if xp is np else contextlib.nullcontext()
+
+
+def _raw(x, row, i):
+    if isinstance(x, Tensor):
+        return x._data
+    return x
+
+
+def _meta_result(row, shape, odt):
+    if row.multi:
+        odts = odt if isinstance(odt, tuple) else (odt,) * len(shape)
+        return tuple(empty_tensor(s, d, META) for s, d in zip(shape, odts))
+    return empty_tensor(shape, odt, META)
+
+
+def _wrap_result(row, r, odt, dev):
+    if row.multi:
+        odts = odt if isinstance(odt, tuple) else (odt,) * len(r)
+        return tuple(_wrap_one(a, d, dev) for a, d in zip(r, odts))
+    return _wrap_one(r, odt, dev)
+
+
+def _wrap_one(r, odt: D.dtype, dev):
+    if dev is CPU:
+        r = np.asarray(r)
+        if r.dtype != odt.np:
+            r = r.astype(odt.np)
+    else:
+        if r.dtype != odt.np:
+            r = r.astype(odt.np)
+    return adopt_array(r, odt, dev)
+
+
+def _call_view(row, targs, params):
+    geo = row.shape(*targs, **params)
+    src = targs[0]
+    if geo is None:  # reshape-like row whose strides forbid a view: copy first
+        src = src.contiguous()
+        geo = row.shape(src, *targs[1:], **params)
+    if row.multi:
+        return tuple(make_view(src, *g) for g in geo)
+    return make_view(src, *geo)
+
+
+# ---- writing into existing tensors (out= and in-place) -------------------------------
+
+
+def check_writable(name: str, t: Tensor):
+    data = t._data
+    if data is not None and not data.flags.writeable:
+        raise RuntimeError(
+            f"{name}(): the tensor being written is read-only (it shares memory with a "
+            "non-writable array, e.g. from tp.from_numpy of a read-only array); clone() it first")
+    st = t._stride
+    if st is not None and any(s == 0 and n > 1 for s, n in zip(st, t._shape)):
+        raise RuntimeError(
+            f"{name}(): unsupported operation: more than one element of the written-to tensor "
+            "refers to a single memory location (it is expanded); clone() it first")
+
+
+def _check_inplace(row, t: Tensor, shape, odt):
+    check_writable(row.name + "_", t)
+    if shape != t._shape:
+        raise RuntimeError(f"{row.name}_(): output with shape {list(t._shape)} doesn't match the "
+                           f"broadcast shape {list(shape)}")
+    if not D.can_cast(odt, t.dtype):
+        raise RuntimeError(f"{row.name}_(): result type {odt.name} can't be cast to the desired "
+                           f"output type {t.dtype.name}")
+
+
+def _write_inplace(row, t: Tensor, result: Tensor):
+    if t._data is not None:
+        t._data[...] = result._data
+    t._bump_version()
+    return t
+
+
+def _write_out(row, out: Tensor, result):
+    if not isinstance(out, Tensor):
+        raise TypeError(f"{row.name}(): out= must be a Tensor, got {type(out).__name__}")
+    if out.device is not result.device:
+        raise RuntimeError(f"{row.name}(): out= is on {out.device} but the result is on "
+                           f"{result.device}")
+    if not D.can_cast(result.dtype, out.dtype):
+        raise RuntimeError(f"{row.name}(): result type {result.dtype.name} can't be cast to the "
+                           f"desired output type {out.dtype.name}")
+    check_writable(row.name, out)
+    if out._shape != result._shape:
+        if out.numel() != 0:
+            raise RuntimeError(f"{row.name}(): out= has shape {list(out._shape)} but the result "
+                               f"has shape {list(result._shape)}; pass an empty tensor to resize")
+        fresh = empty_tensor(result._shape, out.dtype, out.device)
+        out.set_(fresh._storage, 0, result._shape)
+    if out._data is not None:
+        out._data[...] = result._data
+    out._bump_version()
+    return out
+
+
+# ---- the fast path ------------------------------------------------------------------
+
+
+def _fast_binary(uf, a, b, odt, name):
+    """``uf(a, b)`` for same-dtype CPU tensors: one aligned allocation and one ufunc call."""
+    x, y = a._data, b._data
+    shape = x.shape
+    if shape != y.shape:
+        shape = _meta.broadcast_shapes(shape, y.shape, op=name)
+    r, buf, start = cpu_empty(shape, odt.np, math.prod(shape) * odt.itemsize)
+    uf(x, y, out=r)
+    return wrap_array(r, buf, start, odt)
+
+
+def _fast_unary(uf, a, odt):
+    x = a._data
+    r, buf, start = cpu_empty(x.shape, odt.np, x.size * odt.itemsize)
+    uf(x, out=r)
+    return wrap_array(r, buf, start, odt)
+
+
+def _fast_dtypes(row: OpDef) -> dict:
+    """dtype -> output dtype for same-dtype inputs that need no cast (fast path)."""
+    table = {}
+    for d in D.ALL:
+        if d in (D.float16, D.bfloat16) or _CATS[d.category] not in row.allow:
+            continue
+        try:
+            cdt, odt = row.dtype(d, {})
+        except RuntimeError:
+            continue
+        if cdt is d:
+            table[d] = odt
+    return table
+
+
+# ---- code generation: one Python function per row ------------------------------------
+
+_BINARY_FAST = """
+    if (out is None and type({a}) is _T and type({b}) is _T and _st.plain{defaults}
+            and {a}.device is _cpu and {b}.device is _cpu and {a}.dtype is {b}.dtype
+            and not ({a}.requires_grad or {b}.requires_grad)):
+        odt = _fast.get({a}.dtype)
+        if odt is not None:
+            return _fast_binary(_uf, {a}, {b}, odt, {name!r})
+"""
+
+_UNARY_FAST = """
+    if (out is None and type({a}) is _T and _st.plain{defaults} and {a}.device is _cpu
+            and not {a}.requires_grad):
+        odt = _fast.get({a}.dtype)
+        if odt is not None:
+            return _fast_unary(_uf, {a}, odt)
+"""
+
+
+def _param_names(params: str):
+    """(all names, names of tensor inputs, non-input names with defaults) of ``params``."""
+    names, defaults, star = [], {}, None
+    for p in (s.strip() for s in params.split(",")):
+        if not p or p == "*":
+            continue
+        if p.startswith("*"):
+            star = p[1:]
+            names.append(p)
+            continue
+        name, _, default = p.partition("=")
+        names.append(name.strip())
+        if default:
+            defaults[name.strip()] = default.strip()
+    return names, defaults, star
+
+
+def register(row: OpDef) -> OpDef:
+    """Generate the public function of ``row`` and add the row to ``OPS``."""
+    names, defaults, star = _param_names(row.params)
+    plain = [n for n in names if not n.startswith("*")]
+    if row.n_inputs == "star":
+        inputs = [star]
+    else:
+        inputs = plain[: 1 if row.n_inputs == "seq" else row.n_inputs]
+    rest = [n for n in plain if n not in inputs] + ([star] if star and star not in inputs else [])
+    row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
+    sig = row.params + (", out=None" if row.out else "")
+    if row.n_inputs == "star":
+        targs = star
+    else:
+        targs = "(" + ", ".join(inputs) + ("," if len(inputs) == 1 else "") + ")"
+    kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"
+    body = ""
+    if row.ufunc and row.n_inputs in (1, 2):
+        extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
+        tmpl = _BINARY_FAST if row.n_inputs == 2 else _UNARY_FAST
+        body = tmpl.format(a=inputs[0], b=inputs[-1], defaults=extra, name=row.name)
+        if not row.out:
+            body = body.replace("out is None and ", "")
+        row.fast = _fast_dtypes(row)
+    out_arg = "out" if row.out else "None"
+    src = (f"def {row.name}({sig}):\n{body}"
+           f"    return _call(_row, {targs}, {kw}, {out_arg})\n")
+    env = {"_row": row, "_call": call, "_T": Tensor, "_st": state, "_cpu": CPU,
+           "_fast": row.fast, "_fast_binary": _fast_binary, "_fast_unary": _fast_unary,
+           "_uf": getattr(np, row.ufunc) if row.ufunc else None}
+    exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
+    fn = env[row.name]
+    fn.__doc__ = row.doc or f"tensorplay.{row.name}{'(' + sig + ')'}"
+    fn.__module__ = "tensorplay"
+    fn.__qualname__ = row.name
+    row.fn = fn
+    if row.inplace:
+        row.inplace_fn = _make_inplace(row, inputs, rest, star)
+    OPS[row.name] = row
+    return row
+
+
+def _make_inplace(row: OpDef, inputs, rest, star):
+    sig = row.params.replace(inputs[0], "self", 1)
+    targs = "(" + ", ".join(["self"] + inputs[1:]) + ("," if len(inputs) == 1 else "") + ")"
+    kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"
+    src = f"def {row.name}_({sig}):\n    return _call(_row, {targs}, {kw}, None, self)\n"
+    env = {"_row": row, "_call": call}
+    exec(compile(src, f"<tensorplay op {row.name}_>", "exec"), env)  # noqa: S102
+    fn = env[row.name + "_"]
+    fn.__qualname__ = "Tensor." + row.name + "_"
+    return fn

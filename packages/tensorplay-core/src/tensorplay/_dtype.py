@@ -1,0 +1,186 @@
+"""dtypes and PyTorch's type-promotion rules.
+
+A ``dtype`` wraps a numpy dtype (bfloat16 comes from ``ml_dtypes``). Promotion
+follows PyTorch: a higher *category* (bool < integer < floating < complex) wins;
+within a category dimensioned tensors beat 0-d tensors, which beat Python
+scalars (``result_type``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
+    "float32", "float64", "complex64", "complex128", "promote_types",
+    "get_default_dtype", "set_default_dtype",
+]
+
+_BOOL, _INT, _FLOAT, _COMPLEX = range(4)
+
+
+class dtype:
+    """A TensorPlay element type (``tp.float32`` ...). Instances are singletons."""
+
+    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_complex", "is_signed",
+                 "category", "_rank")
+
+    def __init__(self, name: str, np_dtype, category: int, rank: int):
+        self.name = name
+        self.np = np.dtype(np_dtype)
+        self.itemsize = self.np.itemsize
+        self.category = category
+        self.is_floating_point = category == _FLOAT
+        self.is_complex = category == _COMPLEX
+        self.is_signed = name not in ("bool", "uint8")
+        self._rank = rank
+
+    def __repr__(self) -> str:
+        return f"tensorplay.{self.name}"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (_by_name, (self.name,))
+
+    def to_complex(self) -> "dtype":
+        return {float64: complex128}.get(self, complex64) if not self.is_complex else self
+
+    def to_real(self) -> "dtype":
+        return {complex128: float64, complex64: float32}.get(self, self)
+
+
+bool = dtype("bool", np.bool_, _BOOL, 0)  # noqa: A001 - torch's public name
+uint8 = dtype("uint8", np.uint8, _INT, 1)
+int8 = dtype("int8", np.int8, _INT, 1)
+int16 = dtype("int16", np.int16, _INT, 2)
+int32 = dtype("int32", np.int32, _INT, 3)
+int64 = dtype("int64", np.int64, _INT, 4)
+float16 = dtype("float16", np.float16, _FLOAT, 1)
+bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, _FLOAT, 1)
+float32 = dtype("float32", np.float32, _FLOAT, 2)
+float64 = dtype("float64", np.float64, _FLOAT, 3)
+complex64 = dtype("complex64", np.complex64, _COMPLEX, 2)
+complex128 = dtype("complex128", np.complex128, _COMPLEX, 3)
+
+ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
+       complex64, complex128)
+_NAMES = {d.name: d for d in ALL}
+# torch aliases
+_NAMES.update(half=float16, float=float32, double=float64, long=int64, int=int32,
+              short=int16, cfloat=complex64, cdouble=complex128)
+_FROM_NP = {d.np: d for d in ALL}
+
+
+def _by_name(name: str) -> dtype:
+    return _NAMES[name]
+
+
+def from_numpy_dtype(np_dtype) -> dtype:
+    """The TensorPlay dtype of a numpy dtype; ``TypeError`` for unsupported ones."""
+    try:
+        return _FROM_NP[np.dtype(np_dtype)]
+    except (KeyError, TypeError):
+        raise TypeError(
+            f"numpy dtype {np_dtype!r} has no TensorPlay equivalent; supported: "
+            f"{', '.join(d.name for d in ALL)}") from None
+
+
+def _promote_pair(a: dtype, b: dtype) -> dtype:
+    if a is b:
+        return a
+    if a.category != b.category:
+        hi, lo = (a, b) if a.category > b.category else (b, a)
+        if hi.is_complex and lo.is_floating_point and lo is float64:
+            return complex128
+        return hi
+    if a.category == _INT:
+        if not (a.is_signed and b.is_signed):  # uint8 with a signed type
+            signed = a if a.is_signed else b
+            return int16 if signed is int8 else signed
+        return a if a._rank > b._rank else b
+    if a._rank == b._rank:  # float16 vs bfloat16
+        return float32
+    return a if a._rank > b._rank else b
+
+
+_PROMOTE = {(a, b): _promote_pair(a, b) for a in ALL for b in ALL}
+
+
+def promote_types(a: dtype, b: dtype) -> dtype:
+    """PyTorch's ``promote_types``: the smallest dtype both can be cast to."""
+    return _PROMOTE[a, b]
+
+
+class _Default(threading.local):
+    dtype = float32
+
+
+_default = _Default()
+
+
+def get_default_dtype() -> dtype:
+    return _default.dtype
+
+
+def set_default_dtype(d: dtype) -> None:
+    if not isinstance(d, dtype) or not d.is_floating_point:
+        raise TypeError(f"set_default_dtype(): only floating point dtypes are supported, got {d}")
+    _default.dtype = d
+
+
+def scalar_dtype(value) -> dtype:
+    """dtype a Python scalar takes when wrapped as a tensor (torch semantics)."""
+    t = type(value)
+    if t is builtins_bool:
+        return bool
+    if t is int:
+        return int64
+    if t is float:
+        return _default.dtype
+    if t is complex:
+        return _default.dtype.to_complex()
+    if isinstance(value, np.generic):
+        return from_numpy_dtype(value.dtype)
+    raise TypeError(f"expected a Python scalar, got {t.__name__}")
+
+
+def _combine(higher, lower):
+    # torch's combine_categories: ``higher`` comes from a stronger participant group.
+    if higher is None:
+        return lower
+    if lower is None:
+        return higher
+    if higher.is_complex:
+        return higher
+    if lower.is_complex:
+        return higher.to_complex() if higher.is_floating_point else lower
+    if higher.is_floating_point:
+        return higher
+    if higher is bool or lower.is_floating_point:
+        return _PROMOTE[higher, lower]
+    return higher
+
+
+def result_type_of(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> dtype:
+    """PyTorch ``result_type`` from the dtypes of the three participant groups."""
+    groups = []
+    for group in (dim_dtypes, zero_dim_dtypes, scalar_dtypes):
+        acc = None
+        for d in group:
+            acc = d if acc is None else _PROMOTE[acc, d]
+        groups.append(acc)
+    return _combine(groups[0], _combine(groups[1], groups[2]))
+
+
+def can_cast(src: dtype, dst: dtype) -> builtins_bool:
+    """torch.can_cast: no category downgrade (complex->float, float->int, int->bool)."""
+    return src.category <= dst.category
+
+
+import builtins as _builtins  # noqa: E402
+
+builtins_bool = _builtins.bool

@@ -1,0 +1,390 @@
+"""Creating tensors: from data (``tensor``, ``from_numpy``), factories and random numbers."""
+
+from __future__ import annotations
+
+import math
+
+
+import numpy as np
+
+from tensorplay import _device
+from tensorplay import _dtype as D
+from tensorplay._device import CPU, META, canonical
+from tensorplay._storage import Storage
+from tensorplay._tensor import Tensor, _new, adopt_array, contiguous_strides, empty_tensor
+
+__all__ = ["tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange",
+           "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "rand",
+           "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
+           "manual_seed", "seed", "initial_seed", "Generator", "default_generator"]
+
+
+def _dtype_arg(dtype, op):
+    if dtype is None or isinstance(dtype, D.dtype):
+        return dtype
+    raise TypeError(f"{op}(): dtype must be a tensorplay dtype like tp.float32, got {dtype!r}")
+
+
+def _shape_arg(size, op) -> tuple:
+    if len(size) == 1 and isinstance(size[0], (tuple, list)):
+        size = tuple(size[0])
+    out = []
+    for n in size:
+        if isinstance(n, bool) or not hasattr(n, "__index__"):
+            raise TypeError(f"{op}(): size must be a sequence of ints, got {size!r}")
+        n = n.__index__()
+        if n < 0:
+            raise RuntimeError(f"{op}(): Trying to create tensor with negative dimension {n}: "
+                               f"{list(size)}")
+        out.append(n)
+    return tuple(out)
+
+
+def _check_fits(values: np.ndarray, dt: D.dtype, op: str) -> None:
+    """Integer targets must hold every value exactly (torch raises on overflow)."""
+    if dt.category != 1 or values.size == 0:
+        return
+    if values.dtype.kind == "f" and not np.isfinite(values).all():
+        raise RuntimeError(f"{op}(): value cannot be converted to type {dt.name} without overflow")
+    if values.dtype.kind in "iuf":
+        info = np.iinfo(dt.np)
+        lo, hi = values.min(), values.max()
+        if lo < info.min or hi > info.max:
+            bad = lo if lo < info.min else hi
+            raise RuntimeError(f"{op}(): value {bad!r} cannot be converted to type {dt.name} "
+                               "without overflow")
+
+
+def _infer_dtype(arr: np.ndarray, data) -> D.dtype:
+    kind = arr.dtype.kind
+    if kind == "b":
+        return D.bool
+    if kind in "iu":
+        if isinstance(data, np.ndarray) or isinstance(data, np.generic):
+            return D.from_numpy_dtype(arr.dtype)
+        return D.int64
+    if kind == "f":
+        if isinstance(data, (np.ndarray, np.generic)):
+            return D.from_numpy_dtype(arr.dtype)
+        return D.get_default_dtype()
+    if kind == "c":
+        if isinstance(data, (np.ndarray, np.generic)):
+            return D.from_numpy_dtype(arr.dtype)
+        return D.get_default_dtype().to_complex()
+    if arr.dtype == D.bfloat16.np:
+        return D.bfloat16
+    raise TypeError(f"tensor(): could not infer a dtype from data of numpy dtype {arr.dtype}")
+
+
+def _to_numpy(data, op: str) -> np.ndarray:
+    if isinstance(data, Tensor):
+        return data.detach().cpu().numpy()
+    if isinstance(data, (list, tuple)):
+        data = [_to_numpy(x, op) if isinstance(x, Tensor) else x for x in data]
+    try:
+        if isinstance(data, (list, tuple)) and _has_big_int(data):
+            raise RuntimeError(f"{op}(): Overflow when unpacking long: an integer does not fit in "
+                               "int64")
+        arr = np.asarray(data)
+    except ValueError as e:
+        raise ValueError(f"{op}(): could not build a tensor from the data: {e}") from None
+    if arr.dtype == object:
+        raise TypeError(f"{op}(): data must be numbers or nested sequences of numbers of "
+                        f"consistent shape, got {type(data).__name__}")
+    return arr
+
+
+def _has_big_int(data) -> bool:
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            if _has_big_int(x):
+                return True
+        elif isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
+            return True
+    return False
+
+
+def _from_values(data, dtype, device, op) -> Tensor:
+    dtype = _dtype_arg(dtype, op)
+    dev = canonical(device)
+    if isinstance(data, int) and not isinstance(data, bool) and not -2**63 <= data < 2**63:
+        raise RuntimeError(f"{op}(): Overflow when unpacking long: {data} does not fit in int64")
+    arr = _to_numpy(data, op)
+    dt = dtype or _infer_dtype(arr, data)
+    _check_fits(arr, dt, op)
+    with np.errstate(all="ignore"):
+        arr = arr.astype(dt.np)
+    if dev is META:
+        return empty_tensor(arr.shape, dt, META)
+    if dev is CPU:
+        return adopt_array(arr, dt, CPU)
+    cp = _device.cupy_or_raise()
+    with cp.cuda.Device(dev.index):
+        return adopt_array(cp.asarray(arr), dt, dev)
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A new tensor holding a copy of ``data`` (list, scalar, numpy array or Tensor).
+
+    >>> tp.tensor([[1, 2], [3, 4]]).dtype
+    tensorplay.int64
+    """
+    t = _from_values(data, dtype, device, "tensor")
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _tensor_fields(self: Tensor, data, dtype, device, requires_grad) -> None:
+    # ``tp.Tensor(data)``: build as ``tensor`` would, then adopt the fields.
+    src = tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
+    for name in ("_data", "_storage", "_offset", "_shape", "_stride", "dtype", "device",
+                 "requires_grad", "grad", "grad_fn", "_base"):
+        setattr(self, name, getattr(src, name))
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    """Like ``tensor`` but returns ``data`` itself when it already matches."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device) if (dtype or device) else data
+    if isinstance(data, np.ndarray) and dtype is None and device in (None, "cpu", CPU):
+        try:
+            return from_numpy(data)
+        except (TypeError, ValueError):
+            pass
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """A CPU tensor sharing memory with ``arr`` (writes show through both ways).
+
+    The memory is numpy's, so it has numpy's alignment, not TensorPlay's 64 bytes.
+    """
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy(): expected np.ndarray (got {type(arr).__name__})")
+    dt = D.from_numpy_dtype(arr.dtype)
+    return wrap_foreign(arr, dt, CPU)
+
+
+def wrap_foreign(arr, dt: D.dtype, dev) -> Tensor:
+    """A tensor over the memory of a numpy/CuPy array ``arr``, zero-copy."""
+    isz = arr.itemsize
+    if any(s < 0 for s in arr.strides):
+        raise ValueError("from_numpy(): at least one stride in the given array is negative; "
+                         "make a copy first (arr.copy())")
+    if any(s % isz for s in arr.strides):
+        raise ValueError(f"from_numpy(): array strides {arr.strides} are not a multiple of the "
+                         f"element size {isz}")
+    stride = tuple(s // isz for s in arr.strides)
+    span = 0 if arr.size == 0 else 1 + sum((n - 1) * s for n, s in zip(arr.shape, stride))
+    if dev is CPU:
+        flat = np.lib.stride_tricks.as_strided(arr, (span,), (isz,), writeable=arr.flags.writeable)
+        buf = flat.view(np.uint8)
+    else:
+        cp = _device.cupy_or_raise()
+        flat = cp.lib.stride_tricks.as_strided(arr, (span,), (isz,))
+        buf = flat.view(cp.uint8)
+    storage = Storage(buf, 0, span * isz, dev)
+    strides = None if stride == contiguous_strides(arr.shape) else stride
+    return _new(Tensor, arr, storage, 0, tuple(arr.shape), strides, dt, dev)
+
+
+# ---- factories ------------------------------------------------------------------------------
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False, **_ignored) -> Tensor:
+    shape = _shape_arg(size, "empty")
+    dt = _dtype_arg(dtype, "empty") or D.get_default_dtype()
+    return _finish(empty_tensor(shape, dt, canonical(device)), requires_grad)
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    shape = _shape_arg((size,) if isinstance(size, (tuple, list)) else (size,), "full")
+    dt = _dtype_arg(dtype, "full") or D.scalar_dtype(fill_value)
+    _check_fits(np.asarray(fill_value), dt, "full")
+    t = empty_tensor(shape, dt, canonical(device))
+    if t._data is not None:
+        t._data.fill(fill_value)
+    return _finish(t, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dt = _dtype_arg(dtype, "zeros") or D.get_default_dtype()
+    return full(_shape_arg(size, "zeros"), 0, dtype=dt, device=device, requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    dt = _dtype_arg(dtype, "ones") or D.get_default_dtype()
+    return full(_shape_arg(size, "ones"), 1, dtype=dt, device=device, requires_grad=requires_grad)
+
+
+def _like(fn, name):
+    def like(input: Tensor, *args, dtype=None, device=None, requires_grad=False, **kw):
+        if not isinstance(input, Tensor):
+            raise TypeError(f"{name}(): argument 'input' must be Tensor, not "
+                            f"{type(input).__name__}")
+        return fn(input._shape, *args, dtype=dtype or input.dtype,
+                  device=device or input.device, requires_grad=requires_grad, **kw)
+
+    like.__name__ = like.__qualname__ = name
+    return like
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    vals = [float(v) if isinstance(v, Tensor) else v for v in (start, end, step)]
+    if vals[2] == 0:
+        raise RuntimeError("arange(): step must be nonzero")
+    if (vals[1] - vals[0]) * vals[2] < 0:
+        raise RuntimeError(f"arange(): upper bound and larger bound inconsistent with step sign "
+                           f"(start={vals[0]}, end={vals[1]}, step={vals[2]})")
+    if dtype is None:
+        dtype = D.int64 if all(isinstance(v, int) for v in vals) else D.get_default_dtype()
+    n = max(math.ceil((vals[1] - vals[0]) / vals[2]), 0)
+    arr = vals[0] + np.arange(n, dtype=np.float64 if dtype.category >= 2 else np.int64) * vals[2]
+    _check_fits(arr, dtype, "arange")
+    return _finish(_from_values(arr, dtype, device, "arange"), requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    if steps < 0:
+        raise RuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
+    arr = np.linspace(float(start), float(end), int(steps))
+    dt = dtype or D.get_default_dtype()
+    return _finish(_from_values(arr, dt, device, "linspace"), requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    m = n if m is None else m
+    if n < 0 or m < 0:
+        raise RuntimeError(f"eye(): n and m must be non-negative, got {n} and {m}")
+    arr = np.eye(n, m)
+    return _finish(_from_values(arr, dtype or D.get_default_dtype(), device, "eye"), requires_grad)
+
+
+# ---- random numbers --------------------------------------------------------------------------
+
+
+class Generator:
+    """Random state (numpy ``PCG64`` on CPU, CuPy's generator on CUDA)."""
+
+    def __init__(self, device="cpu"):
+        self.device = _device.device(device)
+        self._seed = 67280421310721
+        self._rng = np.random.default_rng(self._seed)
+
+    def manual_seed(self, seed: int) -> "Generator":
+        seed = int(seed)
+        self._seed = seed
+        self._rng = np.random.default_rng(seed & (2**64 - 1))
+        return self
+
+    def seed(self) -> int:
+        s = int(np.random.SeedSequence().entropy) & (2**63 - 1)
+        self.manual_seed(s)
+        return s
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+
+default_generator = Generator()
+
+
+def manual_seed(seed: int) -> Generator:
+    """Seed every generator (CPU and, when present, CUDA)."""
+    default_generator.manual_seed(seed)
+    if _device.cuda_unavailable_reason() is None:
+        _device.cupy_or_raise().random.seed(int(seed) & (2**32 - 1))
+    return default_generator
+
+
+def seed() -> int:
+    return default_generator.seed()
+
+
+def initial_seed() -> int:
+    return default_generator.initial_seed()
+
+
+def _random(shape, dt, dev, sample, generator, op):
+    if not (dt.is_floating_point or dt.is_complex) and op in ("rand", "randn"):
+        raise RuntimeError(f"{op}(): expected a floating point dtype, got {dt}")
+    if dev is META:
+        return empty_tensor(shape, dt, META)
+    if dev.type == "cuda":
+        cp = _device.cupy_or_raise()
+        arr = sample(cp.random, shape)
+        return adopt_array(arr.astype(dt.np), dt, dev)
+    rng = (generator or default_generator)._rng
+    return adopt_array(sample(rng, shape).astype(dt.np), dt, CPU)
+
+
+def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Uniform samples in [0, 1)."""
+    dt = dtype or D.get_default_dtype()
+    t = _random(_shape_arg(size, "rand"), dt, canonical(device),
+                lambda r, s: r.random(s), generator, "rand")
+    return _finish(t, requires_grad)
+
+
+def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """Standard normal samples."""
+    dt = dtype or D.get_default_dtype()
+    t = _random(_shape_arg(size, "randn"), dt, canonical(device),
+                lambda r, s: r.standard_normal(s), generator, "randn")
+    return _finish(t, requires_grad)
+
+
+def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
+            requires_grad=False) -> Tensor:
+    """Integers uniform in [low, high)."""
+    if size is None:
+        if not isinstance(high, (tuple, list)):
+            raise TypeError("randint(): missing required argument 'size' (a tuple of ints)")
+        low, high, size = 0, low, high
+    elif high is None:
+        low, high = 0, low
+    if low >= high:
+        raise RuntimeError(f"randint(): random_ expects 'from' to be less than 'to', but got "
+                           f"from={low} >= to={high}")
+    dt = dtype or D.int64
+    _check_fits(np.array([low, high - 1]), dt, "randint")
+
+    def sample(r, s):
+        if hasattr(r, "integers"):
+            return r.integers(low, high, s)
+        return r.randint(low, high, s)
+
+    t = _random(_shape_arg((size,), "randint"), dt, canonical(device), sample, generator, "randint")
+    return _finish(t, requires_grad)
+
+
+def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
+    rng = (generator or default_generator)._rng
+    return _from_values(rng.permutation(int(n)), dtype or D.int64, device, "randperm")
+
+
+empty_like = _like(empty, "empty_like")
+zeros_like = _like(zeros, "zeros_like")
+ones_like = _like(ones, "ones_like")
+full_like = _like(full, "full_like")
+rand_like = _like(rand, "rand_like")
+randn_like = _like(randn, "randn_like")
+
+
+def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    return randint(low, high, input._shape, dtype=dtype or input.dtype,
+                   device=device or input.device)
+
+
+

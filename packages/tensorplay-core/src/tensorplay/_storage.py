@@ -1,0 +1,141 @@
+"""Storage: one flat buffer, shared by a tensor and all its views.
+
+CPU buffers are 64-byte aligned numpy ``uint8`` arrays (TVM kernels fault on
+less; numpy's own allocator only guarantees 16). Small buffers are carved from a
+per-thread aligned slab so that allocating a 10-element result costs about as
+much as ``np.empty``; a slab is freed once every tensor carved from it is gone.
+The version counter lives here, so a tensor and its views share it.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from tensorplay import _device
+
+__all__ = ["Storage", "UntypedStorage", "cpu_empty", "ALIGNMENT"]
+
+ALIGNMENT = 64
+_SMALL = 512            # bytes; larger requests get a buffer of their own
+_SLAB = 1 << 16         # bytes per slab
+_U8 = np.dtype(np.uint8)
+
+
+def _address(arr) -> int:
+    return arr.__array_interface__["data"][0]
+
+
+def _aligned_u8(nbytes: int):
+    raw = np.empty(nbytes + ALIGNMENT, _U8)
+    start = -_address(raw) % ALIGNMENT
+    return raw[start:start + nbytes]
+
+
+class _Slab(threading.local):
+    buf = None
+    pos = _SLAB
+
+
+_slab = _Slab()
+
+
+def cpu_empty(shape: tuple, np_dtype, nbytes: int):
+    """A C-contiguous, 64-byte aligned numpy array and the flat buffer it lives in.
+
+    Returns ``(array, buffer, byte_offset)``.
+    """
+    if nbytes <= _SMALL:
+        s = _slab
+        pos = s.pos
+        if pos + nbytes > _SLAB:
+            s.buf = _aligned_u8(_SLAB)
+            pos = 0
+        # round the next start up to the alignment
+        s.pos = pos + ((nbytes + ALIGNMENT - 1) & -ALIGNMENT)
+        buf = s.buf
+        return np.ndarray(shape, np_dtype, buf, pos), buf, pos
+    buf = _aligned_u8(nbytes)
+    return np.ndarray(shape, np_dtype, buf, 0), buf, 0
+
+
+class Storage:
+    """A flat, untyped buffer (``untyped_storage()``) plus the version counter.
+
+    ``_buf`` is a 1-D ``uint8`` array (numpy or CuPy) or None on ``meta``; the
+    storage's bytes are ``_buf[_start:_start + _nbytes]``.
+    """
+
+    __slots__ = ("_buf", "_start", "_nbytes", "device", "_version", "__weakref__")
+
+    def __init__(self, buf, start: int, nbytes: int, device):
+        self._buf = buf
+        self._start = start
+        self._nbytes = nbytes
+        self.device = device
+        self._version = 0
+
+    def data_ptr(self) -> int:
+        if self._buf is None:
+            return 0
+        if self.device is _device.CPU:
+            return _address(self._buf) + self._start
+        return self._buf.data.ptr + self._start
+
+    def nbytes(self) -> int:
+        return self._nbytes
+
+    def size(self) -> int:
+        return self._nbytes
+
+    def __len__(self) -> int:
+        return self._nbytes
+
+    def bytes_view(self):
+        """The storage's bytes as a 1-D uint8 array (numpy or CuPy)."""
+        return self._buf[self._start:self._start + self._nbytes]
+
+    def cpu(self) -> "Storage":
+        if self.device is _device.CPU:
+            return self
+        if self._buf is None:
+            raise RuntimeError("cannot copy a meta storage to the CPU: it holds no data")
+        host = self.bytes_view().get()
+        out = new_storage(self._nbytes, _device.CPU)
+        out.bytes_view()[:] = host
+        return out
+
+    def copy_(self, src: "Storage") -> "Storage":
+        if src._nbytes != self._nbytes:
+            raise RuntimeError(f"copy_(): storage sizes differ ({src._nbytes} vs {self._nbytes} bytes)")
+        if self._buf is None or src._buf is None:
+            return self
+        data = src.bytes_view()
+        if src.device is not self.device:
+            data = data.get() if src.device.type == "cuda" else data
+        dst = self.bytes_view()
+        if self.device.type == "cuda":
+            dst.set(data) if src.device is _device.CPU else dst.__setitem__(slice(None), data)
+        else:
+            dst[:] = data
+        self._version += 1
+        return self
+
+    def __repr__(self) -> str:
+        return f"UntypedStorage(nbytes={self._nbytes}, device='{self.device}')"
+
+
+UntypedStorage = Storage
+
+
+def new_storage(nbytes: int, dev) -> Storage:
+    """Allocate an uninitialised storage of ``nbytes`` on ``dev``."""
+    if dev is _device.CPU:
+        _, buf, start = cpu_empty((nbytes,), _U8, nbytes)
+        return Storage(buf, start, nbytes, dev)
+    if dev.type == "cuda":
+        cp = _device.cupy_or_raise()
+        with cp.cuda.Device(dev.index):
+            return Storage(cp.empty(nbytes, cp.uint8), 0, nbytes, dev)
+    return Storage(None, 0, nbytes, dev)

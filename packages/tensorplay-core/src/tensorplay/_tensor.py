@@ -1,0 +1,408 @@
+"""The Tensor: a strided view (shape, stride, offset) of a Storage.
+
+On ``cpu``/``cuda`` a tensor also keeps ``_data``, the numpy/CuPy array that
+views exactly its elements; kernels work on it directly. Ops are not written
+here: they are rows of the op table (``_optable``) attached as methods at import.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tensorplay import _device
+from tensorplay._device import CPU, META
+from tensorplay._storage import Storage, cpu_empty, new_storage
+
+__all__ = ["Tensor", "wrap_array", "make_view", "contiguous_strides", "empty_tensor"]
+
+
+def contiguous_strides(shape) -> tuple:
+    strides, acc = [], 1
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+class Tensor:
+    """A multi-dimensional array on a device, with autograd metadata.
+
+    Build tensors with ``tp.tensor``/factories; ``tp.Tensor(data)`` accepts the
+    same data as ``tp.tensor`` (lists, scalars, numpy arrays).
+    """
+
+    __slots__ = ("_data", "_storage", "_offset", "_shape", "_stride", "dtype", "device",
+                 "requires_grad", "grad", "grad_fn", "_base", "__weakref__", "__dict__")
+
+    def __new__(cls, *args, **kwargs):
+        return object.__new__(cls)
+
+    def __init__(self, data=None, *, dtype=None, device=None, requires_grad: bool = False):
+        if data is None:
+            data = []
+        from tensorplay._factories import _tensor_fields  # noqa: PLC0415 - cycle
+
+        _tensor_fields(self, data, dtype, device, requires_grad)
+
+    # ---- metadata -------------------------------------------------------------
+    @property
+    def shape(self) -> "Size":
+        return Size(self._shape)
+
+    def size(self, dim: int | None = None):
+        if dim is None:
+            return Size(self._shape)
+        return self._shape[_wrap_dim(dim, len(self._shape), "size")]
+
+    def stride(self, dim: int | None = None):
+        st = self._stride
+        if st is None:
+            st = self._stride = contiguous_strides(self._shape)
+        return st if dim is None else st[_wrap_dim(dim, len(self._shape), "stride")]
+
+    def storage_offset(self) -> int:
+        return self._offset
+
+    def dim(self) -> int:
+        return len(self._shape)
+
+    ndimension = dim
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    def numel(self) -> int:
+        return math.prod(self._shape)
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    @property
+    def is_meta(self) -> bool:
+        return self.device is META
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    def is_floating_point(self) -> bool:
+        return self.dtype.is_floating_point
+
+    def is_complex(self) -> bool:
+        return self.dtype.is_complex
+
+    def is_contiguous(self, memory_format=None) -> bool:
+        if self._stride is None:
+            return True
+        expected = 1
+        for n, s in zip(reversed(self._shape), reversed(self._stride)):
+            if n != 1 and s != expected:
+                return False
+            expected *= n
+        return True
+
+    def untyped_storage(self) -> Storage:
+        return self._storage
+
+    def data_ptr(self) -> int:
+        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+    @property
+    def _version(self) -> int:
+        return self._storage._version
+
+    def _bump_version(self) -> None:
+        self._storage._version += 1
+
+    @property
+    def data(self) -> "Tensor":
+        return self.detach()
+
+    def detach(self) -> "Tensor":
+        """A view of the same data, cut from the autograd graph."""
+        return make_view(self, self._shape, self.stride(), self._offset)
+
+    def _check_data(self, what: str):
+        if self._data is None:
+            raise NotImplementedError(
+                f"{what}: meta tensors hold no data (shape {tuple(self._shape)}, {self.dtype}); "
+                "move real data to the meta device's place with .to('cpu') on a real tensor")
+        return self._data
+
+    # ---- conversion -------------------------------------------------------------
+    def numpy(self, *, force: bool = False) -> np.ndarray:
+        """The data as a numpy array; shares memory for CPU tensors (like torch)."""
+        if self.requires_grad and not force:
+            raise RuntimeError("numpy(): can't call numpy() on a tensor that requires grad; "
+                               "use tensor.detach().numpy() instead")
+        data = self._check_data("numpy()")
+        if self.device is not CPU:
+            if not force:
+                raise TypeError(f"numpy(): can't convert {self.device} tensor to numpy; "
+                                "use tensor.cpu() first (or numpy(force=True))")
+            return data.get()
+        return data
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self.detach().numpy(force=True)
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def tolist(self):
+        return self.detach().numpy(force=True).tolist()
+
+    def item(self):
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"item(): a Tensor with {n} elements cannot be converted to Scalar")
+        return self.detach().numpy(force=True).reshape(()).item()
+
+    def __bool__(self) -> bool:
+        n = self.numel()
+        if n != 1:
+            raise RuntimeError(f"Boolean value of Tensor with {'no' if n == 0 else 'more than one'} "
+                               "values is ambiguous")
+        return bool(self.item())
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __int__(self) -> int:
+        return int(self.item())
+
+    def __complex__(self) -> complex:
+        return complex(self.item())
+
+    def __index__(self) -> int:
+        if self.dtype.category != 1 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return int(self.item())
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __iter__(self):
+        if not self._shape:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        from tensorplay._printing import tensor_repr  # noqa: PLC0415 - printing is cold
+
+        return tensor_repr(self)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        from tensorplay._dlpack import to_dlpack_capsule  # noqa: PLC0415
+
+        return to_dlpack_capsule(self, stream=stream, max_version=max_version,
+                                 dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self):
+        if self.device is CPU:
+            return (1, 0)
+        if self.device.type == "cuda":
+            return (2, self.device.index)
+        raise BufferError("__dlpack__(): meta tensors hold no data to export")
+
+    def __reduce_ex__(self, proto):
+        from tensorplay._factories import tensor  # noqa: PLC0415
+
+        return (tensor, (self.detach().cpu().numpy().copy(),), None)
+
+    # ---- torch-compatible storage surface ---------------------------------------
+    def set_(self, source=None, storage_offset: int = 0, size=None, stride=None) -> "Tensor":
+        """Point this tensor at ``source`` (a Storage or Tensor), torch semantics."""
+        if source is None:
+            source = new_storage(0, self.device)
+        if isinstance(source, Tensor):
+            storage_offset, size, stride = source._offset, source._shape, source.stride()
+            source = source._storage
+        if not isinstance(source, Storage):
+            raise TypeError(f"set_(): expected a Storage or Tensor, got {type(source).__name__}")
+        if source.device is not self.device:
+            raise RuntimeError(f"set_(): storage is on {source.device} but the tensor is on "
+                               f"{self.device}")
+        if size is None:
+            size = (source.nbytes() // self.dtype.itemsize,)
+        size = tuple(size)
+        stride = tuple(stride) if stride is not None else contiguous_strides(size)
+        _check_bounds(size, stride, storage_offset, source.nbytes(), self.dtype, "set_()")
+        self._storage = source
+        self._install(size, stride, storage_offset)
+        source._version += 1
+        return self
+
+    def _install(self, shape, stride, offset):
+        self._shape, self._stride, self._offset = tuple(shape), tuple(stride), offset
+        self._data = _view_array(self._storage, self.dtype, self._shape, self._stride, offset)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        from tensorplay._factories import empty  # noqa: PLC0415
+
+        return empty(*size, dtype=dtype or self.dtype, device=device or self.device,
+                     requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device,
+                     requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        from tensorplay._factories import ones  # noqa: PLC0415
+
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+        from tensorplay._factories import full  # noqa: PLC0415
+
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
+        from tensorplay._factories import tensor  # noqa: PLC0415
+
+        return tensor(data, dtype=dtype or self.dtype, device=device or self.device,
+                      requires_grad=requires_grad)
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not (self.dtype.is_floating_point or self.dtype.is_complex):
+            raise RuntimeError(f"requires_grad_(): only floating point and complex tensors can "
+                               f"require gradients, got {self.dtype}")
+        self.requires_grad = requires_grad
+        return self
+
+
+class Size(tuple):
+    """``tensor.shape``: a tuple subclass printed like torch.Size."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"tensorplay.Size({list(self)})"
+
+    def numel(self) -> int:
+        return math.prod(self)
+
+
+def _wrap_dim(dim, ndim: int, op: str) -> int:
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"{op}(): dim must be an int, got {type(dim).__name__}")
+    lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
+    if not lo <= dim <= hi:
+        raise IndexError(f"{op}(): dimension out of range (expected to be in range of "
+                         f"[{lo}, {hi}], but got {dim})")
+    return dim % ndim if ndim else 0
+
+
+def _check_bounds(shape, stride, offset, nbytes, dt, op):
+    if any(n < 0 for n in shape):
+        raise RuntimeError(f"{op}: negative size in {tuple(shape)}")
+    if any(s < 0 for s in stride):
+        raise RuntimeError(f"{op}: negative stride in {tuple(stride)}")
+    if offset < 0:
+        raise RuntimeError(f"{op}: negative storage offset {offset}")
+    if 0 in shape:
+        return
+    last = offset + sum((n - 1) * s for n, s in zip(shape, stride))
+    if (last + 1) * dt.itemsize > nbytes:
+        raise RuntimeError(
+            f"{op}: setStorage: sizes {list(shape)}, strides {list(stride)}, storage offset "
+            f"{offset} and itemsize {dt.itemsize} require a storage of at least "
+            f"{(last + 1) * dt.itemsize} bytes, but it has {nbytes}")
+
+
+def _view_array(storage: Storage, dt, shape, stride, offset):
+    """The numpy/CuPy array of a strided view into ``storage`` (None on meta)."""
+    buf = storage._buf
+    if buf is None:
+        return None
+    isz = dt.itemsize
+    bstrides = tuple(s * isz for s in stride)
+    start = storage._start + offset * isz
+    if storage.device is CPU:
+        if 0 in shape:
+            return np.ndarray(shape, dt.np, buf, 0 if start > buf.nbytes else start, bstrides)
+        return np.ndarray(shape, dt.np, buf, start, bstrides)
+    cp = _device.cupy_or_raise()
+    return cp.ndarray(shape, dt.np, memptr=buf.data + start, strides=bstrides)
+
+
+def _new(cls, data, storage, offset, shape, stride, dt, dev) -> Tensor:
+    t = object.__new__(cls)
+    t._data = data
+    t._storage = storage
+    t._offset = offset
+    t._shape = shape
+    t._stride = stride
+    t.dtype = dt
+    t.device = dev
+    t.requires_grad = False
+    t.grad = None
+    t.grad_fn = None
+    t._base = None
+    return t
+
+
+def wrap_array(arr, buf, start: int, dt, dev=CPU) -> Tensor:
+    """Wrap a freshly allocated C-contiguous array living at ``buf[start:]``."""
+    return _new(Tensor, arr, Storage(buf, start, arr.nbytes, dev), 0, arr.shape, None, dt, dev)
+
+
+def empty_tensor(shape: tuple, dt, dev) -> Tensor:
+    """An uninitialised C-contiguous tensor (aligned storage on CPU)."""
+    shape = tuple(shape)
+    nbytes = math.prod(shape) * dt.itemsize
+    if dev is CPU:
+        arr, buf, start = cpu_empty(shape, dt.np, nbytes)
+        return wrap_array(arr, buf, start, dt, dev)
+    storage = new_storage(nbytes, dev)
+    data = _view_array(storage, dt, shape, contiguous_strides(shape), 0)
+    return _new(Tensor, data, storage, 0, shape, None, dt, dev)
+
+
+def adopt_array(arr, dt, dev) -> Tensor:
+    """A tensor holding ``arr``: a copy in fresh aligned storage on CPU (numpy's own
+    buffers are only 16-byte aligned); CuPy's contiguous results are kept as they are."""
+    if dev is not CPU and arr.flags.c_contiguous:
+        storage = Storage(arr.reshape(-1).view("uint8"), 0, arr.nbytes, dev)
+        return _new(Tensor, arr, storage, 0, arr.shape, None, dt, dev)
+    out = empty_tensor(arr.shape, dt, dev)
+    if out._data is not None and out._data.size:
+        out._data[...] = arr
+    return out
+
+
+def make_view(src: Tensor, shape, stride, offset) -> Tensor:
+    """A tensor viewing ``src``'s storage; shares its version counter."""
+    shape, stride = tuple(shape), tuple(stride)
+    data = _view_array(src._storage, src.dtype, shape, stride, offset)
+    t = _new(Tensor, data, src._storage, offset, shape, stride, src.dtype, src.device)
+    t._base = src if src._base is None else src._base
+    return t
+
+
+def cpu_array_of(t: Tensor):
+    return t._data if t.device is CPU else t._check_data("cpu()").get()
+
