@@ -34,9 +34,10 @@ from tensorplay._dlpack import from_dlpack  # noqa: E402
 from tensorplay._meta import broadcast_shapes  # noqa: E402
 from tensorplay import cuda  # noqa: E402
 
-# Every op-table row becomes ``tp.<name>`` (one definition per op: _optable.py).
-globals().update({row.name: row.fn for row in _optable.ROWS if not row.name.endswith("_dim")
-                  and not row.name.startswith("contiguous")})
+# Every public op-table row is ``tp.<name>`` (one definition per op: _optable.py); the
+# function is generated on first access, by the module ``__getattr__`` below.
+_PUBLIC_OPS = {row.name: row for row in _optable.ROWS
+               if not row.name.endswith("_dim") and row.name != "contiguous_copy"}
 
 
 def is_tensor(obj) -> bool:
@@ -68,6 +69,10 @@ _LAZY = {"library": "tensorplay-library", "compile": "tensorplay-compile",
 
 
 def __getattr__(name: str):
+    row = _PUBLIC_OPS.get(name)
+    if row is not None:
+        globals()[name] = row.fn
+        return row.fn
     # Components are separate distributions: resolve them on first use, never at import.
     if name in _LAZY:
         import importlib
@@ -80,3 +85,7 @@ def __getattr__(name: str):
                               f"pip install ./packages/{_LAZY[name]} ({e})") from e
         return getattr(mod, "compile") if name == "compile" else mod
     raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_PUBLIC_OPS))

@@ -19,7 +19,6 @@ _REFLECTED = {"__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rfloordiv__
 
 
 def _operator(row, dunder):
-    fn = row.fn
     if dunder.startswith("__i") and dunder != "__invert__":
         inplace = row.inplace_fn
 
@@ -27,14 +26,16 @@ def _operator(row, dunder):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return NotImplemented
             return inplace(self, other)
-    elif dunder in _REFLECTED:
+        op.__name__ = op.__qualname__ = dunder
+        return op
+    fn = row.fn
+    if dunder in _REFLECTED:
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return NotImplemented
             return fn(other, self)
     elif dunder in ("__neg__", "__abs__", "__invert__"):
-        def op(self):
-            return fn(self)
+        op = fn
     else:
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
@@ -44,14 +45,29 @@ def _operator(row, dunder):
     return op
 
 
+class _Lazy:
+    """A Tensor attribute built on first access, then replaced by what it built.
+
+    Keeps ``import tensorplay`` from generating every op's function up front.
+    """
+
+    def __init__(self, name, build):
+        self.name, self.build = name, build
+
+    def __get__(self, obj, cls=None):
+        value = self.build()
+        setattr(Tensor, self.name, value)
+        return value if obj is None else value.__get__(obj, cls)
+
+
 def _attach():
     for row in ROWS:
         if row.method:
-            setattr(Tensor, row.name, row.fn)
-        if row.inplace_fn is not None:
-            setattr(Tensor, row.name + "_", row.inplace_fn)
+            setattr(Tensor, row.name, _Lazy(row.name, lambda row=row: row.fn))
+        if row.inplace:
+            setattr(Tensor, row.name + "_", _Lazy(row.name + "_", lambda row=row: row.inplace_fn))
         for dunder in row.dunders:
-            setattr(Tensor, dunder, _operator(row, dunder))
+            setattr(Tensor, dunder, _Lazy(dunder, lambda row=row, d=dunder: _operator(row, d)))
     Tensor.__hash__ = object.__hash__
 
 

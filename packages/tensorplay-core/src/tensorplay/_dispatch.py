@@ -74,10 +74,26 @@ class OpDef:
     vjp: Callable | None = None        # filled by the autograd work
     jvp: Callable | None = None
     doc: str = ""
-    fn: Callable | None = None         # the generated public function
     fast: dict = dataclasses.field(default_factory=dict)
     defaults: dict = dataclasses.field(default_factory=dict)
-    inplace_fn: Callable | None = None
+    _fn: Callable | None = None
+    _inplace_fn: Callable | None = None
+
+    # The public functions are generated on first use: compiling ~150 small functions
+    # would otherwise cost ~20 ms of every ``import tensorplay``.
+    @property
+    def fn(self) -> Callable:
+        """The public function ``tp.<name>`` (generated from the row on first use)."""
+        if self._fn is None:
+            self._fn = _generate(self)
+        return self._fn
+
+    @property
+    def inplace_fn(self) -> Callable | None:
+        """``Tensor.<name>_`` when the row has an in-place variant."""
+        if self._inplace_fn is None and self.inplace:
+            self._inplace_fn = _generate_inplace(self)
+        return self._inplace_fn
 
 
 OPS: dict[str, OpDef] = {}
@@ -386,15 +402,31 @@ def _param_names(params: str):
 
 
 def register(row: OpDef) -> OpDef:
-    """Generate the public function of ``row`` and add the row to ``OPS``."""
-    names, defaults, star = _param_names(row.params)
+    """Add ``row`` to ``OPS``; its public function is generated when first used."""
+    _, defaults, _ = _param_names(row.params)
+    inputs, rest, _ = _split_params(row)
+    row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
+    if row.ufunc and row.n_inputs in (1, 2):
+        row.fast = _fast_dtypes(row)
+    OPS[row.name] = row
+    return row
+
+
+def _split_params(row: OpDef):
+    """(tensor-input names, other parameter names, the ``*name`` parameter or None)."""
+    names, _, star = _param_names(row.params)
     plain = [n for n in names if not n.startswith("*")]
     if row.n_inputs == "star":
         inputs = [star]
     else:
         inputs = plain[: 1 if row.n_inputs == "seq" else row.n_inputs]
     rest = [n for n in plain if n not in inputs] + ([star] if star and star not in inputs else [])
-    row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
+    return inputs, rest, star
+
+
+def _generate(row: OpDef) -> Callable:
+    inputs, rest, star = _split_params(row)
+    _, defaults, _ = _param_names(row.params)
     sig = row.params + (", out=None" if row.out else "")
     if row.n_inputs == "star":
         targs = star
@@ -402,13 +434,12 @@ def register(row: OpDef) -> OpDef:
         targs = "(" + ", ".join(inputs) + ("," if len(inputs) == 1 else "") + ")"
     kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"
     body = ""
-    if row.ufunc and row.n_inputs in (1, 2):
+    if row.fast:
         extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
         tmpl = _BINARY_FAST if row.n_inputs == 2 else _UNARY_FAST
         body = tmpl.format(a=inputs[0], b=inputs[-1], defaults=extra, name=row.name)
         if not row.out:
             body = body.replace("out is None and ", "")
-        row.fast = _fast_dtypes(row)
     out_arg = "out" if row.out else "None"
     src = (f"def {row.name}({sig}):\n{body}"
            f"    return _call(_row, {targs}, {kw}, {out_arg})\n")
@@ -417,17 +448,13 @@ def register(row: OpDef) -> OpDef:
            "_uf": getattr(np, row.ufunc) if row.ufunc else None}
     exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
     fn = env[row.name]
-    fn.__doc__ = row.doc or f"tensorplay.{row.name}{'(' + sig + ')'}"
+    fn.__doc__ = row.doc or f"tensorplay.{row.name}({sig})"
     fn.__module__ = "tensorplay"
-    fn.__qualname__ = row.name
-    row.fn = fn
-    if row.inplace:
-        row.inplace_fn = _make_inplace(row, inputs, rest, star)
-    OPS[row.name] = row
-    return row
+    return fn
 
 
-def _make_inplace(row: OpDef, inputs, rest, star):
+def _generate_inplace(row: OpDef) -> Callable:
+    inputs, rest, _ = _split_params(row)
     sig = row.params.replace(inputs[0], "self", 1)
     targs = "(" + ", ".join(["self"] + inputs[1:]) + ("," if len(inputs) == 1 else "") + ")"
     kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"

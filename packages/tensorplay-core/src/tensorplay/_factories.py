@@ -278,12 +278,17 @@ class Generator:
     def __init__(self, device="cpu"):
         self.device = _device.device(device)
         self._seed = 67280421310721
-        self._rng = np.random.default_rng(self._seed)
+        self._state = None  # created on first use: numpy.random costs ~10 ms to import
+
+    @property
+    def _rng(self):
+        if self._state is None:
+            self._state = np.random.default_rng(self._seed & (2**64 - 1))
+        return self._state
 
     def manual_seed(self, seed: int) -> "Generator":
-        seed = int(seed)
-        self._seed = seed
-        self._rng = np.random.default_rng(seed & (2**64 - 1))
+        self._seed = int(seed)
+        self._state = None
         return self
 
     def seed(self) -> int:

@@ -1,14 +1,16 @@
 """Storage: one flat buffer, shared by a tensor and all its views.
 
 CPU buffers are 64-byte aligned numpy ``uint8`` arrays (TVM kernels fault on
-less; numpy's own allocator only guarantees 16). Small buffers are carved from a
-per-thread aligned slab so that allocating a 10-element result costs about as
-much as ``np.empty``; a slab is freed once every tensor carved from it is gone.
+less; numpy's own allocator only guarantees 16). Small buffers are slots of
+shared aligned slabs (one per power-of-two size class) so that allocating a
+10-element result costs about as much as ``np.empty``; a slab is freed once every
+tensor carved from it is gone.
 The version counter lives here, so a tensor and its views share it.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import numpy as np
@@ -33,12 +35,38 @@ def _aligned_u8(nbytes: int):
     return raw[start:start + nbytes]
 
 
-class _Slab(threading.local):
-    buf = None
-    pos = _SLAB
+class _SizeClass:
+    """Fixed-size slots carved from one aligned slab; ``next(counter)`` hands out a slot.
+
+    ``next`` on an ``itertools.count`` is atomic under the GIL, so threads never get the
+    same slot and the hot path takes no lock; only swapping in a new slab does.
+    """
+
+    def __init__(self, slot: int):
+        self.slot = slot
+        self.slots = _SLAB // slot
+        self.lock = threading.Lock()
+        self._refill()
+
+    def _refill(self):
+        self.buf = _aligned_u8(_SLAB)
+        self.counter = itertools.count()
+
+    def take(self):
+        buf, i = self.buf, next(self.counter)
+        if i >= self.slots:
+            with self.lock:
+                if self.buf is buf:  # nobody refilled while we waited
+                    self._refill()
+            return self.take()
+        return buf, i * self.slot
 
 
-_slab = _Slab()
+# the size class serving each small request, indexed by ceil(nbytes / 64)
+_BY_SLOT = {ALIGNMENT << k: _SizeClass(ALIGNMENT << k)
+            for k in range((_SMALL // ALIGNMENT).bit_length())}
+_CLASSES = [_BY_SLOT[ALIGNMENT]] + [_BY_SLOT[ALIGNMENT << (k - 1).bit_length()]
+                                    for k in range(1, _SMALL // ALIGNMENT + 1)]
 
 
 def cpu_empty(shape: tuple, np_dtype, nbytes: int):
@@ -47,14 +75,7 @@ def cpu_empty(shape: tuple, np_dtype, nbytes: int):
     Returns ``(array, buffer, byte_offset)``.
     """
     if nbytes <= _SMALL:
-        s = _slab
-        pos = s.pos
-        if pos + nbytes > _SLAB:
-            s.buf = _aligned_u8(_SLAB)
-            pos = 0
-        # round the next start up to the alignment
-        s.pos = pos + ((nbytes + ALIGNMENT - 1) & -ALIGNMENT)
-        buf = s.buf
+        buf, pos = _CLASSES[(nbytes + ALIGNMENT - 1) // ALIGNMENT].take()
         return np.ndarray(shape, np_dtype, buf, pos), buf, pos
     buf = _aligned_u8(nbytes)
     return np.ndarray(shape, np_dtype, buf, 0), buf, 0

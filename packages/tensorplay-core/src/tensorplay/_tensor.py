@@ -33,8 +33,15 @@ class Tensor:
     same data as ``tp.tensor`` (lists, scalars, numpy arrays).
     """
 
-    __slots__ = ("_data", "_storage", "_offset", "_shape", "_stride", "dtype", "device",
-                 "requires_grad", "grad", "grad_fn", "_base", "__weakref__", "__dict__")
+    __slots__ = ("_data", "_storage", "_shape", "dtype", "device", "__weakref__", "__dict__")
+    # Fields most tensors never change are class-level defaults: a fresh result then
+    # costs five slot writes, and the rare writer stores into the instance dict.
+    _offset = 0
+    _stride = None          # None: C-contiguous strides, computed on demand
+    requires_grad = False
+    grad = None
+    grad_fn = None
+    _base = None
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(cls)
@@ -353,21 +360,28 @@ def _new(cls, data, storage, offset, shape, stride, dt, dev) -> Tensor:
     t = object.__new__(cls)
     t._data = data
     t._storage = storage
-    t._offset = offset
     t._shape = shape
-    t._stride = stride
     t.dtype = dt
     t.device = dev
-    t.requires_grad = False
-    t.grad = None
-    t.grad_fn = None
-    t._base = None
+    if offset:
+        t._offset = offset
+    if stride is not None:
+        t._stride = stride
     return t
 
 
 def wrap_array(arr, buf, start: int, dt, dev=CPU) -> Tensor:
-    """Wrap a freshly allocated C-contiguous array living at ``buf[start:]``."""
-    return _new(Tensor, arr, Storage(buf, start, arr.nbytes, dev), 0, arr.shape, None, dt, dev)
+    """Wrap a freshly allocated C-contiguous array living at ``buf[start:]`` (hot path)."""
+    t = _object_new(Tensor)
+    t._data = arr
+    t._storage = Storage(buf, start, arr.nbytes, dev)
+    t._shape = arr.shape
+    t.dtype = dt
+    t.device = dev
+    return t
+
+
+_object_new = object.__new__
 
 
 def empty_tensor(shape: tuple, dt, dev) -> Tensor:
