@@ -1,0 +1,891 @@
+"""Sample inputs and numpy references for every op-table row (the tests' OpInfo).
+
+``samples(row, dtype, rng)`` yields ``Sample`` objects: the positional arguments and
+keyword parameters of one call of ``row.fn``. Pointwise rows of one or two inputs
+get generic samples (0-d, empty, non-contiguous, expanded, broadcast, scalar
+operands); every other row is keyed by name in ``_NAMED``. ``REF[name]`` is the
+numpy oracle: it receives the inputs as float64/complex128/int64/bool arrays and
+returns the expected result (or a tuple of them).
+
+A row without samples or without a reference makes ``test_every_row_is_covered``
+fail: adding a row to the table means adding its samples here.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field
+
+import ml_dtypes
+import numpy as np
+
+import tensorplay as tp
+from tensorplay._dispatch import _CATS
+
+# the dtypes every row is tried with (rows whose ``allow`` excludes one must raise)
+DTYPES = [tp.bool, tp.uint8, tp.int8, tp.int32, tp.int64, tp.float16, tp.bfloat16, tp.float32,
+          tp.float64, tp.complex64]
+ALL_DTYPES = [tp.bool, tp.uint8, tp.int8, tp.int16, tp.int32, tp.int64, tp.float16, tp.bfloat16,
+              tp.float32, tp.float64, tp.complex64, tp.complex128]
+
+# (rtol, atol) per result dtype; integer and bool results are compared exactly
+TOL = {tp.float16: (1e-2, 1e-2), tp.bfloat16: (1.6e-2, 1.6e-2), tp.float32: (1e-5, 1e-5),
+       tp.complex64: (1e-5, 1e-5), tp.float64: (1e-9, 1e-9), tp.complex128: (1e-9, 1e-9)}
+
+
+def allowed(row, dt) -> bool:
+    return _CATS[dt.category] in row.allow
+
+
+@dataclass
+class Sample:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    name: str = ""
+    meta: bool = True  # False: the result shape depends on data (meta tensors refuse it)
+
+    def __repr__(self) -> str:
+        def desc(x):
+            if isinstance(x, tp.Tensor):
+                return f"T{tuple(x.shape)}{x.stride()}:{x.dtype.name}"
+            if isinstance(x, (list, tuple)):
+                return "[" + ", ".join(desc(y) for y in x) + "]"
+            return repr(x)
+
+        return f"{self.name}({', '.join(desc(a) for a in self.args)}, {self.kwargs})"
+
+
+# ---- values ---------------------------------------------------------------------------------
+
+
+def values(shape, dt, rng, domain=None) -> np.ndarray:
+    """Random values for a tensor of ``dt`` (numpy float64/int64/bool/complex128)."""
+    shape = tuple(shape)
+    if dt is tp.bool:
+        return np.ones(shape, bool) if domain == "nonzero" else rng.random(shape) < 0.5
+    if dt.category == 1:
+        lo = 0 if dt is tp.uint8 or domain == "exponent" else -9
+        hi = 4 if domain == "exponent" else 10
+        v = rng.integers(lo, hi, shape)
+        if domain == "nonzero":
+            v[v == 0] = 1
+        return v
+    if domain == "exponent":
+        v = rng.uniform(-2, 2, shape)
+    else:
+        v = rng.uniform(-3, 3, shape)
+    if domain == "nonzero":
+        v = np.where(np.abs(v) < 0.25, v + np.copysign(0.5, v), v)
+    if dt.category == 3:
+        v = v + 1j * rng.uniform(-2, 2, shape)
+    return v
+
+
+def make(shape, dt, rng, layout="contiguous", domain=None) -> tp.Tensor:
+    """A tensor of ``shape``; ``layout`` picks how it sits in memory."""
+    shape = tuple(shape)
+    if layout == "transposed" and len(shape) == 2:
+        return make(shape[::-1], dt, rng, domain=domain).t()
+    if layout == "stepped" and shape:
+        return make(shape[:-1] + (2 * shape[-1],), dt, rng, domain=domain)[..., ::2]
+    if layout == "expanded" and shape:
+        return make((1,) + shape[1:], dt, rng, domain=domain).expand(*shape)
+    return tp.tensor(values(shape, dt, rng, domain), dtype=dt)
+
+
+def scalar_of(dt, domain=None):
+    """A Python scalar of the same kind as ``dt``."""
+    if dt is tp.bool:
+        return True
+    if dt.category == 1:
+        return 2 if domain == "exponent" else 3
+    if dt.category == 2:
+        return 1.5 if domain == "exponent" else 2.5
+    return 1.5 - 0.5j
+
+
+def to_ref(x):
+    """Inputs as numpy arrays in a wide dtype (the oracle computes there)."""
+    if isinstance(x, tp.Tensor):
+        a = np.asarray(x)
+        if a.dtype == ml_dtypes.bfloat16 or a.dtype.kind == "f":
+            return a.astype(np.float64)
+        if a.dtype.kind == "c":
+            return a.astype(np.complex128)
+        if a.dtype.kind in "iu":
+            return a.astype(np.int64)
+        return a.copy()
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_ref(y) for y in x)
+    return x
+
+
+# ---- generic samples --------------------------------------------------------------------
+
+UNARY_LAYOUTS = [("0d", (), "contiguous"), ("empty", (2, 0, 3), "contiguous"),
+                 ("vector", (5,), "contiguous"), ("matrix", (3, 4), "contiguous"),
+                 ("transposed", (3, 4), "transposed"), ("stepped", (3, 4), "stepped"),
+                 ("expanded", (3, 4), "expanded")]
+
+BINARY_LAYOUTS = [("same", (3, 4), "contiguous", (3, 4), "contiguous"),
+                  ("broadcast", (3, 1), "contiguous", (1, 4), "contiguous"),
+                  ("0d_left", (), "contiguous", (2, 3), "contiguous"),
+                  ("0d_right", (2, 3), "contiguous", (), "contiguous"),
+                  ("0d_both", (), "contiguous", (), "contiguous"),
+                  ("empty", (0, 3), "contiguous", (1, 3), "contiguous"),
+                  ("noncontiguous", (3, 4), "transposed", (3, 4), "stepped"),
+                  ("expanded", (3, 4), "expanded", (3, 4), "contiguous"),
+                  ("rank_broadcast", (2, 3, 4), "stepped", (4,), "contiguous")]
+
+# domain of the second input of binary rows
+_SECOND_DOMAIN = {"div": "nonzero", "floor_divide": "nonzero", "remainder": "nonzero",
+                  "pow": "exponent"}
+# domain of the first input of unary rows (none of these need one: nan/inf are compared too)
+_FIRST_DOMAIN: dict = {}
+
+
+def _unary_generic(row, dt, rng, **kw):
+    for name, shape, layout in UNARY_LAYOUTS:
+        yield Sample((make(shape, dt, rng, layout, _FIRST_DOMAIN.get(row.name)),), dict(kw), name)
+
+
+def _binary_generic(row, dt, rng, **kw):
+    dom = _SECOND_DOMAIN.get(row.name)
+    for name, s1, l1, s2, l2 in BINARY_LAYOUTS:
+        yield Sample((make(s1, dt, rng, l1), make(s2, dt, rng, l2, dom)), dict(kw), name)
+    yield Sample((make((2, 3), dt, rng), scalar_of(dt, dom)), dict(kw), "scalar")
+    # mixed dtypes: promotion with a wider/other-category partner
+    other = tp.int64 if dt is not tp.int64 else tp.float32
+    yield Sample((make((2, 3), dt, rng), make((2, 3), other, rng, domain=dom)), dict(kw), "mixed")
+
+
+# ---- named samples ------------------------------------------------------------------------
+
+
+def _s(name, *args, meta=True, **kwargs):
+    return Sample(tuple(args), kwargs, name, meta)
+
+
+def _unary_with(*kwsets):
+    def gen(row, dt, rng):
+        for kw in kwsets:
+            yield from _unary_generic(row, dt, rng, **kw)
+
+    return gen
+
+
+def _binary_with(*kwsets):
+    def gen(row, dt, rng):
+        for kw in kwsets:
+            yield from _binary_generic(row, dt, rng, **kw)
+
+    return gen
+
+
+def _clamp(row, dt, rng):
+    lo, hi = (0, 1) if dt is tp.bool else (-1, 2)
+    yield _s("both", make((3, 4), dt, rng), lo, hi)
+    yield _s("min_only", make((3, 4), dt, rng, "transposed"), min=lo)
+    yield _s("max_only", make((2, 0), dt, rng), max=hi)
+    yield _s("0d", make((), dt, rng), lo, hi)
+    yield _s("tensor_bounds", make((3, 4), dt, rng), make((1, 4), dt, rng), make((3, 1), dt, rng))
+
+
+def _where(row, dt, rng):
+    yield _s("broadcast", make((3, 1), tp.bool, rng), make((1, 4), dt, rng), make((3, 4), dt, rng))
+    yield _s("scalar", make((2, 3), tp.bool, rng), make((2, 3), dt, rng, "stepped"),
+             scalar_of(dt))
+    yield _s("empty", make((0, 3), tp.bool, rng), make((0, 3), dt, rng), make((3,), dt, rng))
+    yield _s("0d", make((), tp.bool, rng), make((), dt, rng), make((), dt, rng))
+
+
+def _round(row, dt, rng):
+    yield from _unary_generic(row, dt, rng)
+    yield _s("decimals", make((3, 4), dt, rng), decimals=1)
+    yield _s("halves", tp.tensor([0.5, 1.5, 2.5, -0.5, -2.5], dtype=dt) if dt.category >= 2
+             else make((5,), dt, rng))
+
+
+def _isclose(row, dt, rng):
+    a = make((3, 4), dt, rng)
+    yield _s("self", a, a.clone())
+    yield _s("broadcast", make((3, 1), dt, rng), make((1, 4), dt, rng))
+    yield _s("tolerances", make((3, 4), dt, rng), make((3, 4), dt, rng), rtol=0.5, atol=1.0)
+    if dt.category >= 2:
+        nan = tp.tensor([float("nan"), 1.0, float("inf")], dtype=dt)
+        yield _s("nan", nan, nan.clone(), equal_nan=True)
+        yield _s("nan_unequal", nan, nan.clone())
+
+
+def _scan(row, dt, rng):
+    yield _s("dim0", make((3, 4), dt, rng), 0)
+    yield _s("dim_last", make((3, 4), dt, rng, "transposed"), -1)
+    yield _s("0d", make((), dt, rng), 0)
+    yield _s("empty", make((0, 3), dt, rng), 1)
+    yield _s("dtype", make((2, 3), dt, rng), 1, dtype=tp.float64)
+
+
+def _softmax(row, dt, rng):
+    yield _s("dim1", make((3, 4), dt, rng), 1)
+    yield _s("dim0_noncontig", make((3, 4), dt, rng, "stepped"), 0)
+    yield _s("0d", make((), dt, rng), 0)
+    yield _s("empty", make((0, 3), dt, rng), -1)
+    yield _s("3d", make((2, 3, 4), dt, rng), -2)
+    yield _s("dtype", make((2, 3), dt, rng), 1, dtype=tp.float64)
+
+
+def _matmul(row, dt, rng):
+    yield _s("mm", make((3, 4), dt, rng), make((4, 5), dt, rng))
+    yield _s("transposed", make((3, 4), dt, rng, "transposed"), make((4, 2), dt, rng, "stepped"))
+    yield _s("vv", make((4,), dt, rng), make((4,), dt, rng))
+    yield _s("mv", make((3, 4), dt, rng), make((4,), dt, rng))
+    yield _s("vm", make((4,), dt, rng), make((4, 5), dt, rng))
+    yield _s("batched", make((2, 3, 4), dt, rng), make((4, 5), dt, rng))
+    yield _s("batch_broadcast", make((2, 1, 3, 4), dt, rng), make((5, 4, 2), dt, rng))
+    yield _s("empty", make((0, 4), dt, rng), make((4, 5), dt, rng))
+    yield _s("empty_k", make((3, 0), dt, rng), make((0, 5), dt, rng))
+
+
+def _mm(row, dt, rng):
+    yield _s("mm", make((3, 4), dt, rng), make((4, 5), dt, rng))
+    yield _s("transposed", make((3, 4), dt, rng, "transposed"), make((4, 2), dt, rng, "expanded"))
+    yield _s("empty", make((0, 4), dt, rng), make((4, 5), dt, rng))
+
+
+def _bmm(row, dt, rng):
+    yield _s("bmm", make((2, 3, 4), dt, rng), make((2, 4, 5), dt, rng))
+    yield _s("noncontig", make((2, 3, 4), dt, rng, "stepped"), make((2, 4, 1), dt, rng))
+    yield _s("empty", make((0, 3, 4), dt, rng), make((0, 4, 5), dt, rng))
+
+
+def _dot(row, dt, rng):
+    yield _s("dot", make((5,), dt, rng), make((5,), dt, rng))
+    yield _s("stepped", make((5,), dt, rng, "stepped"), make((5,), dt, rng))
+    yield _s("empty", make((0,), dt, rng), make((0,), dt, rng))
+
+
+def _outer(row, dt, rng):
+    yield _s("outer", make((3,), dt, rng), make((4,), dt, rng))
+    yield _s("stepped", make((3,), dt, rng, "stepped"), make((0,), dt, rng))
+
+
+def _einsum(row, dt, rng):
+    yield _s("mm", "ij,jk->ik", make((3, 4), dt, rng), make((4, 5), dt, rng))
+    yield _s("inner", "i,i->", make((4,), dt, rng), make((4,), dt, rng))
+    yield _s("implicit", "ij,jk", make((2, 3), dt, rng, "transposed"), make((3, 2), dt, rng))
+    yield _s("trace_like", "ii->i", make((3, 3), dt, rng))
+    yield _s("transpose", "ij->ji", make((2, 3), dt, rng))
+    yield _s("batched", "bij,bjk->bik", make((2, 3, 4), dt, rng), make((2, 4, 1), dt, rng))
+    yield _s("ellipsis", "...ij->...ji", make((2, 3, 4), dt, rng), meta=False)
+
+
+def _cat(row, dt, rng):
+    yield _s("dim0", [make((2, 3), dt, rng), make((4, 3), dt, rng, "stepped")])
+    yield _s("dim1", [make((2, 3), dt, rng), make((2, 1), dt, rng)], 1)
+    yield _s("dim_neg", [make((2, 3), dt, rng, "transposed"), make((2, 2), dt, rng)], -1)
+    yield _s("legacy_empty", [make((2, 3), dt, rng), make((0,), dt, rng)])
+    yield _s("single", [make((3,), dt, rng)])
+    yield _s("mixed_dtype", [make((2, 3), dt, rng), make((1, 3), tp.float64, rng)])
+
+
+def _stack(row, dt, rng):
+    yield _s("dim0", [make((2, 3), dt, rng), make((2, 3), dt, rng, "transposed")])
+    yield _s("dim_last", [make((2, 3), dt, rng), make((2, 3), dt, rng)], -1)
+    yield _s("dim2", [make((2, 3), dt, rng), make((2, 3), dt, rng)], 2)
+    yield _s("0d", [make((), dt, rng), make((), dt, rng)])
+    yield _s("empty", [make((0, 3), dt, rng)], 1)
+
+
+def _gather(row, dt, rng):
+    yield _s("dim1", make((3, 4), dt, rng), 1, tp.tensor([[0, 3], [1, 1]]))
+    yield _s("dim0", make((3, 4), dt, rng, "transposed"), 0, tp.tensor([[2, 0, 1, 0]]))
+    yield _s("negdim", make((2, 3, 4), dt, rng), -1, tp.tensor(rng.integers(0, 4, (2, 3, 5))))
+    yield _s("empty", make((3, 4), dt, rng), 1, tp.zeros(3, 0, dtype=tp.int64))
+
+
+def _scatter(row, dt, rng):
+    idx = tp.tensor([[3, 0, 1], [2, 1, 0]])
+    yield _s("src", make((3, 4), dt, rng), 1, idx, make((2, 5), dt, rng))
+    yield _s("dim0", make((3, 4), dt, rng), 0, tp.tensor([[2, 0, 1, 0]]), make((1, 4), dt, rng))
+    yield _s("value", make((3, 4), dt, rng), 1, idx, value=scalar_of(dt))
+    if dt is not tp.bool:
+        yield _s("add", make((3, 4), dt, rng), 1, tp.tensor([[1, 1, 0]]), make((1, 3), dt, rng),
+                 reduce="add")
+        yield _s("multiply", make((3, 4), dt, rng), 1, tp.tensor([[1, 1, 0]]),
+                 make((1, 3), dt, rng), reduce="multiply")
+
+
+def _index_select(row, dt, rng):
+    yield _s("dim0", make((3, 4), dt, rng), 0, tp.tensor([2, 0, 2]))
+    yield _s("dim1", make((3, 4), dt, rng, "stepped"), 1, tp.tensor([3, 1]))
+    yield _s("int32_index", make((3, 4), dt, rng), -1, tp.tensor([0, 0], dtype=tp.int32))
+    yield _s("empty_index", make((3, 4), dt, rng), 0, tp.tensor([], dtype=tp.int64))
+
+
+def _masked_fill(row, dt, rng):
+    yield _s("same", make((3, 4), dt, rng), make((3, 4), tp.bool, rng), scalar_of(dt))
+    yield _s("broadcast", make((3, 4), dt, rng, "transposed"), make((1, 4), tp.bool, rng),
+             scalar_of(dt))
+    yield _s("tensor_value", make((2, 3), dt, rng), make((2, 3), tp.bool, rng), make((), dt, rng))
+    yield _s("empty", make((0, 3), dt, rng), make((3,), tp.bool, rng), scalar_of(dt))
+
+
+def _copylike(row, dt, rng):
+    yield from _unary_generic(row, dt, rng)
+
+
+# ---- reductions -------------------------------------------------------------------------
+
+_RED_SHAPES = [("0d", (), "contiguous"), ("vector", (5,), "contiguous"),
+               ("matrix", (3, 4), "contiguous"), ("transposed", (3, 4), "transposed"),
+               ("3d_stepped", (2, 3, 4), "stepped"), ("expanded", (3, 4), "expanded")]
+
+
+def _reduction(dims=(None, 0, -1, (0, 1)), extra=({},), empty_dims=(1,)):
+    def gen(row, dt, rng):
+        for name, shape, layout in _RED_SHAPES:
+            for dim in dims:
+                if dim is not None and not shape:
+                    if not isinstance(dim, int):
+                        continue
+                for keepdim in (False, True):
+                    for kw in extra:
+                        x = make(shape, dt, rng, layout)
+                        if isinstance(dim, tuple) and len(shape) < 2:
+                            continue
+                        args = dict(kw)
+                        if dim is not None:
+                            args["dim"] = dim
+                        yield Sample((x,), dict(args, keepdim=keepdim), f"{name}_dim{dim}")
+        for dim in empty_dims:
+            yield Sample((make((0, 3), dt, rng),), {"dim": dim}, "empty")
+    return gen
+
+
+def _dim_reduction(row, dt, rng):
+    """argmax/argmin/max_dim/min_dim: an int dim (argmax also None)."""
+    dims = (None, 0, -1) if row.name.startswith("arg") else (0, -1, 1)
+    for name, shape, layout in _RED_SHAPES:
+        for dim in dims:
+            if not shape and dim not in (None, 0, -1):
+                continue
+            for keepdim in (False, True):
+                kw = {"keepdim": keepdim}
+                if dim is not None:
+                    kw["dim"] = dim
+                yield Sample((make(shape, dt, rng, layout),), kw, f"{name}_dim{dim}")
+    yield Sample((make((0, 3), dt, rng),), {"dim": 1}, "empty")
+
+
+def _views(row, dt, rng):
+    yield from VIEW_SAMPLES[row.name](dt, rng)
+
+
+def _x(dt, rng, shape=(2, 3, 4), layout="contiguous"):
+    return make(shape, dt, rng, layout)
+
+
+VIEW_SAMPLES = {
+    "view": lambda dt, rng: [_s("flat", _x(dt, rng), -1), _s("tuple", _x(dt, rng), (6, 4)),
+                             _s("dims", _x(dt, rng), 4, 3, 2), _s("0d", _x(dt, rng, ()), 1),
+                             _s("empty", _x(dt, rng, (0, 3)), 3, 0, -1),
+                             _s("merge_stepped", _x(dt, rng, (3, 4), "stepped"), 12)],
+    "reshape": lambda dt, rng: [_s("flat", _x(dt, rng), -1),
+                                _s("copying", _x(dt, rng, (3, 4), "transposed"), 12),
+                                _s("tuple", _x(dt, rng), (4, -1)), _s("0d", _x(dt, rng, ()), ()),
+                                _s("empty", _x(dt, rng, (0, 3)), -1, 3)],
+    "permute": lambda dt, rng: [_s("perm", _x(dt, rng), 2, 0, 1),
+                                _s("neg", _x(dt, rng), (-1, -3, -2)), _s("0d", _x(dt, rng, ()))],
+    "transpose": lambda dt, rng: [_s("t", _x(dt, rng), 0, 2), _s("neg", _x(dt, rng), -1, 1),
+                                  _s("0d", _x(dt, rng, ()), 0, -1)],
+    "t": lambda dt, rng: [_s("2d", _x(dt, rng, (2, 3))), _s("1d", _x(dt, rng, (3,))),
+                          _s("0d", _x(dt, rng, ()))],
+    "expand": lambda dt, rng: [_s("expand", _x(dt, rng, (3, 1)), 3, 4),
+                               _s("lead", _x(dt, rng, (1, 4)), 2, -1, 4),
+                               _s("tuple", _x(dt, rng, ()), (2, 2)),
+                               _s("empty", _x(dt, rng, (1, 3)), 0, 3)],
+    "expand_as": lambda dt, rng: [_s("expand_as", _x(dt, rng, (3, 1)), _x(dt, rng, (2, 3, 4)))],
+    "squeeze": lambda dt, rng: [_s("all", _x(dt, rng, (1, 3, 1))), _s("dim", _x(dt, rng, (1, 3, 1)), 2),
+                                _s("noop", _x(dt, rng, (1, 3, 1)), 1),
+                                _s("dims", _x(dt, rng, (1, 3, 1)), (0, 2)),
+                                _s("0d", _x(dt, rng, ()))],
+    "unsqueeze": lambda dt, rng: [_s("front", _x(dt, rng), 0), _s("back", _x(dt, rng), -1),
+                                  _s("mid", _x(dt, rng, (3, 4), "stepped"), 1),
+                                  _s("0d", _x(dt, rng, ()), 0)],
+    "flatten": lambda dt, rng: [_s("all", _x(dt, rng)), _s("range", _x(dt, rng), 1, 2),
+                                _s("copying", _x(dt, rng, (3, 4), "transposed")),
+                                _s("0d", _x(dt, rng, ()))],
+    "unflatten": lambda dt, rng: [_s("split", _x(dt, rng), 2, (2, 2)),
+                                  _s("infer", _x(dt, rng), 0, (1, -1))],
+    "narrow": lambda dt, rng: [_s("narrow", _x(dt, rng), 2, 1, 2),
+                               _s("negstart", _x(dt, rng), -1, -2, 2),
+                               _s("empty", _x(dt, rng), 0, 1, 0)],
+    "select": lambda dt, rng: [_s("select", _x(dt, rng), 1, 2), _s("neg", _x(dt, rng), -1, -1)],
+    "as_strided": lambda dt, rng: [_s("window", _x(dt, rng, (6,)), (3, 2), (1, 1)),
+                                   _s("offset", _x(dt, rng, (3, 4)), (2, 2), (4, 1), 1)],
+    "movedim": lambda dt, rng: [_s("one", _x(dt, rng), 0, -1),
+                                _s("many", _x(dt, rng), (0, 1), (2, 0))],
+    "diagonal": lambda dt, rng: [_s("main", _x(dt, rng, (3, 4))),
+                                 _s("offset", _x(dt, rng, (3, 4)), 1),
+                                 _s("negoffset", _x(dt, rng, (3, 4)), -2),
+                                 _s("dims", _x(dt, rng), 0, 2, 1),
+                                 _s("empty", _x(dt, rng, (3, 4)), 5)],
+    "unbind": lambda dt, rng: [_s("dim0", _x(dt, rng)), _s("dim_neg", _x(dt, rng), -1)],
+    "split": lambda dt, rng: [_s("size", _x(dt, rng), 2, 2), _s("uneven", _x(dt, rng), 2, 1),
+                              _s("sections", _x(dt, rng), [1, 3], -1)],
+    "chunk": lambda dt, rng: [_s("even", _x(dt, rng), 2), _s("uneven", _x(dt, rng), 2, 1),
+                              _s("more_than_size", _x(dt, rng), 5, 0)],
+}
+
+_NAMED = {
+    "gelu": _unary_with({}, {"approximate": "tanh"}),
+    "softplus": _unary_with({}, {"beta": 2.0, "threshold": 1.0}),
+    "leaky_relu": _unary_with({}, {"negative_slope": 0.2}),
+    "add": _binary_with({}, {"alpha": 2}),
+    "sub": _binary_with({}, {"alpha": 2}),
+    "div": _binary_with({}, {"rounding_mode": "trunc"}, {"rounding_mode": "floor"}),
+    "clamp": _clamp, "where": _where, "round": _round, "isclose": _isclose,
+    "cumsum": _scan, "cumprod": _scan, "softmax": _softmax, "log_softmax": _softmax,
+    "matmul": _matmul, "mm": _mm, "bmm": _bmm, "dot": _dot, "outer": _outer,
+    "einsum": _einsum, "cat": _cat, "stack": _stack, "gather": _gather, "scatter": _scatter,
+    "index_select": _index_select, "masked_fill": _masked_fill,
+    "clone": _copylike, "contiguous_copy": _copylike,
+    "sum": _reduction(extra=({}, {"dtype": tp.float64})),
+    "prod": _reduction(extra=({}, {"dtype": tp.float64})),
+    "mean": _reduction(), "amax": _reduction(empty_dims=(1,)), "amin": _reduction(empty_dims=(1,)),
+    "var": _reduction(extra=({}, {"unbiased": False}, {"correction": 0}, {"correction": 2})),
+    "std": _reduction(extra=({}, {"unbiased": False}, {"correction": 2})),
+    "norm": _reduction(extra=({}, {"p": 1}, {"p": 2}, {"p": float("inf")}, {"p": float("-inf")},
+                              {"p": 0}, {"p": 3})),
+    "logsumexp": _reduction(dims=(0, -1, (0, 1)), empty_dims=(0, 1)),
+    "all": _reduction(dims=(None, 0, -1)), "any": _reduction(dims=(None, 0, -1)),
+    "argmax": _dim_reduction, "argmin": _dim_reduction, "max_dim": _dim_reduction,
+    "min_dim": _dim_reduction,
+}
+_NAMED.update({name: _views for name in VIEW_SAMPLES})
+
+
+def has_generic(row) -> bool:
+    return row.kind == "pointwise" and row.n_inputs in (1, 2) and row.name not in _NAMED and \
+        row.name in REF
+
+
+def sample_fn(row):
+    if row.name in _NAMED:
+        return _NAMED[row.name]
+    if has_generic(row):
+        return _unary_generic if row.n_inputs == 1 else _binary_generic
+    return None
+
+
+def samples(row, dt, seed=0) -> list:
+    fn = sample_fn(row)
+    if fn is None:
+        return []
+    rng = np.random.default_rng(seed)
+    return list(fn(row, dt, rng))
+
+
+# ---- references -------------------------------------------------------------------------
+
+
+def _pyfunc(f, nout=1):
+    uf = np.frompyfunc(f, 2, nout)
+
+    def apply(a, b):
+        r = uf(a, b)
+        return np.asarray(r, dtype=np.result_type(a, b))
+
+    return apply
+
+
+def _erf(x):
+    x = np.asarray(x, dtype=np.float64)
+    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+
+
+def _py_floordiv(a, b):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return np.frompyfunc(operator.floordiv, 2, 1)(a.astype(object), b.astype(object)) \
+            .astype(np.int64)
+    return np.frompyfunc(operator.floordiv, 2, 1)(a.astype(np.float64), b.astype(np.float64)) \
+        .astype(np.float64)
+
+
+def _py_mod(a, b):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        return np.frompyfunc(operator.mod, 2, 1)(a.astype(object), b.astype(object)) \
+            .astype(np.int64)
+    return np.frompyfunc(operator.mod, 2, 1)(a.astype(np.float64), b.astype(np.float64)) \
+        .astype(np.float64)
+
+
+def _trunc_div(a, b):
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
+        q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
+        return np.where((a < 0) != (b < 0), -q, q)
+    return np.trunc(a / b)
+
+
+def _div(a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return np.true_divide(np.asarray(a, dtype=np.result_type(a, b, np.float64)), b)
+    if rounding_mode == "trunc":
+        return _trunc_div(a, b)
+    return _py_floordiv(a, b)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _softplus(x, beta=1.0, threshold=20.0):
+    z = x * beta
+    return np.where(z > threshold, x, np.log1p(np.exp(z)) / beta)
+
+
+def _gelu(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _float(x):
+    """Integer/bool inputs of float-valued ops compute in float64."""
+    x = np.asarray(x)
+    return x.astype(np.float64) if x.dtype.kind in "biu" else x
+
+
+def _f1(fn):
+    return lambda x: fn(_float(x))
+
+
+def _axes(x, dim):
+    if dim is None:
+        return None
+    return dim if isinstance(dim, tuple) else (dim,)
+
+
+def _red(fn):
+    def ref(x, dim=None, keepdim=False, dtype=None, **kw):
+        x = np.asarray(x)
+        if dtype is not None:
+            x = x.astype(np.complex128 if dtype.is_complex else
+                         np.float64 if dtype.category == 2 else np.int64)
+        elif x.dtype.kind == "b":
+            x = x.astype(np.int64)
+        return fn(x, axis=_axes(x, dim), keepdims=keepdim, **kw)
+
+    return ref
+
+
+def _var(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    ddof = correction if correction is not None else (0 if unbiased is False else 1)
+    x = _float(x)
+    axes = _axes(x, dim)
+    n = x.size if axes is None else math.prod(x.shape[a] for a in axes)
+    mean = np.mean(x, axis=axes, keepdims=True) if x.size else np.zeros((1,) * x.ndim)
+    ss = np.sum(np.abs(x - mean) ** 2, axis=axes, keepdims=keepdim)
+    with np.errstate(all="ignore"):
+        return ss / max(n - ddof, 0)
+
+
+def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    a = np.abs(_float(x))
+    axes = _axes(x, dim)
+    if p in ("fro", 2):
+        return np.sqrt(np.sum(a * a, axis=axes, keepdims=keepdim))
+    if p == float("inf"):
+        return np.max(a, axis=axes, keepdims=keepdim)
+    if p == float("-inf"):
+        return np.min(a, axis=axes, keepdims=keepdim)
+    if p == 0:
+        return np.sum(a != 0, axis=axes, keepdims=keepdim).astype(np.float64)
+    return np.sum(a ** p, axis=axes, keepdims=keepdim) ** (1.0 / p)
+
+
+def _logsumexp(x, dim, keepdim=False):
+    x = _float(x)
+    axes = _axes(x, dim)
+    if x.size == 0:
+        return np.full(np.sum(x, axis=axes, keepdims=keepdim).shape, -np.inf)
+    m = np.max(x, axis=axes, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0)
+    r = np.log(np.sum(np.exp(x - m), axis=axes, keepdims=True)) + m
+    return r if keepdim else np.squeeze(r, axis=axes)
+
+
+def _arg(fn):
+    def ref(x, dim=None, keepdim=False):
+        x = np.asarray(x)
+        if dim is None:
+            r = fn(x.reshape(-1))
+            return np.reshape(r, (1,) * x.ndim) if keepdim else np.asarray(r)
+        if x.ndim == 0:
+            return np.asarray(0)
+        return fn(x, axis=dim, keepdims=keepdim)
+
+    return ref
+
+
+def _minmax_dim(fn):
+    argfn = np.argmax if fn is np.max else np.argmin
+
+    def ref(x, dim, keepdim=False):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return x.copy(), np.asarray(0)
+        return fn(x, axis=dim, keepdims=keepdim), argfn(x, axis=dim, keepdims=keepdim)
+
+    return ref
+
+
+def _scan_ref(fn):
+    def ref(x, dim, dtype=None):
+        x = np.asarray(x)
+        if dtype is not None:
+            x = x.astype(np.float64)
+        elif x.dtype.kind == "b":
+            x = x.astype(np.int64)
+        return fn(x, axis=dim) if x.ndim else x.copy()
+
+    return ref
+
+
+def _softmax_ref(x, dim, dtype=None):
+    x = _float(x)
+    if x.ndim == 0:
+        return np.ones_like(x)
+    if x.size == 0:
+        return x
+    e = np.exp(x - np.max(x, axis=dim, keepdims=True))
+    return e / np.sum(e, axis=dim, keepdims=True)
+
+
+def _log_softmax_ref(x, dim, dtype=None):
+    x = _float(x)
+    if x.ndim == 0:
+        return np.zeros_like(x)
+    if x.size == 0:
+        return x
+    return x - _logsumexp(x, dim, keepdim=True)
+
+
+def _clamp_ref(x, min=None, max=None):  # noqa: A002
+    if min is not None:
+        x = np.maximum(x, min)
+    if max is not None:
+        x = np.minimum(x, max)
+    return x
+
+
+def _round_ref(x, decimals=0):
+    x = np.asarray(x)
+    return np.round(x, decimals) if x.dtype.kind in "fc" else x  # numpy rounds half to even too
+
+
+def _cat_ref(tensors, dim=0):
+    arrays = [a for a in tensors if a.shape != (0,)] or tensors[:1]
+    return np.concatenate(arrays, axis=dim)
+
+
+def _gather_ref(x, dim, idx):
+    src = x[tuple(slice(0, n) if i != dim % x.ndim else slice(None)
+                  for i, n in enumerate(idx.shape))]
+    return np.take_along_axis(src, idx, axis=dim)
+
+
+def _scatter_ref(x, dim, idx, src=None, *, value=None, reduce=None):
+    out = x.copy()
+    for pos in np.ndindex(*idx.shape):
+        tgt = list(pos)
+        tgt[dim % x.ndim] = idx[pos]
+        v = value if src is None else src[pos]
+        if reduce == "add":
+            out[tuple(tgt)] += v
+        elif reduce == "multiply":
+            out[tuple(tgt)] *= v
+        else:
+            out[tuple(tgt)] = v
+    return out
+
+
+def _masked_fill_ref(x, mask, value):
+    return np.where(mask, value, x)
+
+
+def _views_ref(name):
+    def ref(x, *args):
+        return VIEW_REF[name](x, *args)
+
+    return ref
+
+
+def _shape_args(args):
+    return tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else args
+
+
+def _movedim(x, s, d):
+    return np.moveaxis(x, s, d)
+
+
+def _split_ref(x, size, dim=0):
+    n = x.shape[dim]
+    if isinstance(size, int):
+        cuts = list(range(size, n, size))
+    else:
+        cuts = list(np.cumsum(size)[:-1])
+    return tuple(np.split(x, cuts, axis=dim))
+
+
+def _chunk_ref(x, chunks, dim=0):
+    n = x.shape[dim]
+    step = max(-(-n // chunks), 1)
+    return _split_ref(x, step, dim)
+
+
+def _as_strided_ref(x, size, stride, storage_offset=None):
+    flat = x.reshape(-1)
+    off = 0 if storage_offset is None else storage_offset
+    st = tuple(s * flat.itemsize for s in stride)
+    return np.lib.stride_tricks.as_strided(flat[off:], size, st).copy()
+
+
+def _squeeze_ref(x, dim=None):
+    if dim is None:
+        return np.squeeze(x)
+    dims = (dim,) if isinstance(dim, int) else dim
+    return np.squeeze(x, axis=tuple(d for d in dims if x.shape[d] == 1))
+
+
+def _unflatten_ref(x, dim, sizes):
+    sizes = list(sizes)
+    if -1 in sizes:
+        sizes[sizes.index(-1)] = x.shape[dim] // -math.prod(sizes)
+    return x.reshape(x.shape[:dim] + tuple(sizes) + x.shape[dim + 1:])
+
+
+def _flatten_ref(x, start=0, end=-1):
+    if x.ndim == 0:
+        return x.reshape(1)
+    end %= x.ndim
+    return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
+
+
+VIEW_REF = {
+    "view": lambda x, *s: x.reshape(_shape_args(s)),
+    "reshape": lambda x, *s: x.reshape(_shape_args(s)),
+    "permute": lambda x, *d: np.transpose(x, _shape_args(d) or None),
+    "transpose": lambda x, a, b: np.swapaxes(x, a, b) if x.ndim else x,
+    "t": lambda x: x.T,
+    "expand": lambda x, *s: np.broadcast_to(x, tuple(
+        n if n != -1 else x.shape[i - (len(_shape_args(s)) - x.ndim)]
+        for i, n in enumerate(_shape_args(s)))),
+    "expand_as": lambda x, o: np.broadcast_to(x, o.shape),
+    "squeeze": _squeeze_ref,
+    "unsqueeze": lambda x, d: np.expand_dims(x, d),
+    "flatten": _flatten_ref,
+    "unflatten": _unflatten_ref,
+    "narrow": lambda x, d, s, n: np.take(x, range(s % x.shape[d], s % x.shape[d] + n), axis=d),
+    "select": lambda x, d, i: np.take(x, i, axis=d),
+    "as_strided": _as_strided_ref,
+    "movedim": _movedim,
+    "diagonal": lambda x, o=0, a=0, b=1: np.diagonal(x, o, a, b),
+    "unbind": lambda x, d=0: tuple(np.moveaxis(x, d, 0)),
+    "split": _split_ref,
+    "chunk": _chunk_ref,
+}
+
+REF = {
+    "add": lambda a, b, alpha=1: np.add(a, b) if alpha == 1 else a + np.multiply(b, alpha),
+    "sub": lambda a, b, alpha=1: np.subtract(a, b) if alpha == 1 else a - np.multiply(b, alpha),
+    "mul": np.multiply, "div": _div, "floor_divide": _py_floordiv, "remainder": _py_mod,
+    "pow": lambda a, b: np.power(a, b),
+    "atan2": lambda a, b: np.arctan2(_float(a), _float(b)),
+    "minimum": np.minimum, "maximum": np.maximum,
+    "neg": np.negative, "abs": np.abs,
+    "sign": lambda x: np.sign(x) if np.asarray(x).dtype.kind != "b" else x,
+    "reciprocal": _f1(lambda x: 1 / x), "sqrt": _f1(np.sqrt), "rsqrt": _f1(lambda x: 1 / np.sqrt(x)),
+    "square": lambda x: np.square(np.asarray(x).astype(np.int64) if np.asarray(x).dtype.kind == "b"
+                                  else x),
+    "exp": _f1(np.exp), "exp2": _f1(np.exp2), "expm1": _f1(np.expm1), "log": _f1(np.log),
+    "log2": _f1(np.log2), "log10": _f1(np.log10), "log1p": _f1(np.log1p), "sin": _f1(np.sin),
+    "cos": _f1(np.cos), "tan": _f1(np.tan), "asin": _f1(np.arcsin), "acos": _f1(np.arccos),
+    "atan": _f1(np.arctan), "sinh": _f1(np.sinh), "cosh": _f1(np.cosh), "tanh": _f1(np.tanh),
+    "sigmoid": _f1(_sigmoid), "erf": _f1(_erf),
+    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu,
+    "silu": lambda x: x * _sigmoid(x), "softplus": _softplus,
+    "leaky_relu": lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
+    "clamp": _clamp_ref, "where": lambda c, a, b: np.where(c, a, b),
+    "floor": lambda x: np.floor(x) if np.asarray(x).dtype.kind == "f" else x,
+    "ceil": lambda x: np.ceil(x) if np.asarray(x).dtype.kind == "f" else x,
+    "trunc": lambda x: np.trunc(x) if np.asarray(x).dtype.kind == "f" else x,
+    "round": _round_ref,
+    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+    "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor, "logical_not": np.logical_not,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "bitwise_not": np.invert,
+    "isclose": lambda a, b, rtol=1e-05, atol=1e-08, equal_nan=False: np.isclose(
+        a, b, rtol=rtol, atol=atol, equal_nan=equal_nan),
+    "sum": _red(np.sum), "mean": _red(np.mean), "prod": _red(np.prod),
+    "amax": _red(np.max), "amin": _red(np.min),
+    "argmax": _arg(np.argmax), "argmin": _arg(np.argmin),
+    "var": _var, "std": lambda *a, **k: np.sqrt(_var(*a, **k)), "norm": _norm,
+    "logsumexp": _logsumexp, "all": _red(np.all), "any": _red(np.any),
+    "max_dim": _minmax_dim(np.max), "min_dim": _minmax_dim(np.min),
+    "cumsum": _scan_ref(np.cumsum), "cumprod": _scan_ref(np.cumprod),
+    "softmax": _softmax_ref, "log_softmax": _log_softmax_ref,
+    "matmul": np.matmul, "mm": np.matmul, "bmm": np.matmul, "dot": np.dot,
+    "outer": np.multiply.outer, "einsum": lambda eq, *ops: np.einsum(eq, *ops),
+    "cat": _cat_ref, "stack": lambda ts, dim=0: np.stack(ts, axis=dim),
+    "gather": _gather_ref, "scatter": _scatter_ref,
+    "index_select": lambda x, d, i: np.take(x, i, axis=d) if x.ndim else x.copy(),
+    "masked_fill": _masked_fill_ref,
+    "clone": lambda x, memory_format=None: np.array(x), "contiguous_copy": lambda x: np.array(x),
+}
+REF.update({name: _views_ref(name) for name in VIEW_REF})
+
+
+def reference(row, sample):
+    args = to_ref(sample.args)
+    with np.errstate(all="ignore"):
+        return REF[row.name](*args, **sample.kwargs)
+
+
+# ---- comparison ---------------------------------------------------------------------------
+
+
+def assert_close(actual: tp.Tensor, expected, *, msg="") -> None:
+    """``actual`` equals the reference after rounding it to ``actual``'s dtype."""
+    dt = actual.dtype
+    exp = np.asarray(expected)
+    assert tuple(actual.shape) == exp.shape, f"{msg}: shape {tuple(actual.shape)} != {exp.shape}"
+    got = np.asarray(actual)
+    if dt.category <= 1:
+        with np.errstate(all="ignore"):
+            want = exp.astype(dt.np) if exp.dtype.kind != "f" else exp.astype(np.float64)
+        if exp.dtype.kind == "f":  # integer result of a float reference: must be exact
+            np.testing.assert_array_equal(got.astype(np.float64), want, err_msg=msg)
+        else:
+            np.testing.assert_array_equal(got, want, err_msg=msg)
+        return
+    rtol, atol = TOL[dt]
+    with np.errstate(all="ignore"):
+        want = exp.astype(dt.np)  # overflow to inf in the result dtype is expected
+    wide = np.complex128 if dt.is_complex else np.float64
+    np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=atol,
+                               equal_nan=True, err_msg=msg)
+
+
+def to_meta(x):
+    if isinstance(x, tp.Tensor):
+        return x.to("meta")
+    if isinstance(x, list):
+        return [to_meta(y) for y in x]
+    return x
