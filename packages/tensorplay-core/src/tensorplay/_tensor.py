@@ -225,11 +225,9 @@ class Tensor:
                                  dl_device=dl_device, copy=copy)
 
     def __dlpack_device__(self):
-        if self.device is CPU:
-            return (1, 0)
-        if self.device.type == "cuda":
-            return (2, self.device.index)
-        raise BufferError("__dlpack__(): meta tensors hold no data to export")
+        from tensorplay._dlpack import dlpack_device  # noqa: PLC0415
+
+        return dlpack_device(self)
 
     def __reduce_ex__(self, proto):
         from tensorplay._factories import tensor  # noqa: PLC0415

@@ -1,0 +1,242 @@
+"""``python -m tensorplay`` (console script ``tensorplay``): versions and capabilities.
+
+Every probe is isolated: it returns a line of text and never raises, and
+subprocess probes have short timeouts. Optional packages are found with
+``importlib.util.find_spec`` + ``importlib.metadata`` rather than imported:
+importing tilelang, for one, puts its bundled ``tvm`` first on ``sys.path`` and
+would change what the ``tvm`` probe sees. Whether an installed package (or
+component) actually imports is then checked in a fresh subprocess each, in
+parallel, so a broken or conflicting install shows its error here instead of
+breaking this process; ``--no-import-check`` skips that for a fast report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["main", "collect"]
+
+_PROBE_TIMEOUT = 10  # seconds for `tool --version`
+_IMPORT_TIMEOUT = 60  # seconds for importing a heavy package in a subprocess
+
+# (distribution, module that proves it is usable)
+COMPONENTS = [
+    ("tensorplay-core", "tensorplay"),
+    ("tensorplay-library", "tensorplay.library"),
+    ("tensorplay-compile", "tensorplay.compiler"),
+    ("tensorplay-kernels", "tensorplay.kernels"),
+    ("tensorplay-cppjit", "tensorplay.utils.cpp_jit"),
+]
+
+# (label, module, distributions that may provide it)
+PACKAGES = [
+    ("triton", "triton", ("triton",)),
+    ("tilelang", "tilelang", ("tilelang",)),
+    ("tvm", "tvm", ("apache-tvm",)),
+    ("tvm-ffi", "tvm_ffi", ("apache-tvm-ffi",)),
+    ("torch", "torch", ("torch",)),
+]
+
+
+def _first_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+
+
+def _last_line(text: str) -> str:
+    return next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return md.version(name)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def _safe(probe, *args) -> str:
+    try:
+        return probe(*args)
+    except Exception as e:  # noqa: BLE001 - a diagnostic command must never crash
+        return f"probe failed: {type(e).__name__}: {e}"
+
+
+def _import_in_subprocess(module: str) -> str | None:
+    """None if ``import module`` works in a fresh interpreter, else why not."""
+    try:
+        r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                           text=True, timeout=_IMPORT_TIMEOUT, env=os.environ.copy())
+    except subprocess.TimeoutExpired:
+        return f"import {module} timed out after {_IMPORT_TIMEOUT}s"
+    if r.returncode == 0:
+        return None
+    return _last_line(r.stderr) or f"import {module} exited with status {r.returncode}"
+
+
+# ---- probes ---------------------------------------------------------------------------------------
+
+
+def probe_package(module: str, dists: tuple, check_import: bool) -> str:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        return f"not installed: {e}"
+    if spec is None:
+        return f"not installed: No module named '{module}'"
+    version = _dist_version(*dists) or getattr(spec, "version", None) or "version unknown"
+    if check_import:
+        why = _import_in_subprocess(module)
+        if why is not None:
+            return f"installed ({version}) but import fails: {why}"
+    return f"available ({version})"
+
+
+def probe_cuda() -> str:
+    from tensorplay import cuda  # noqa: PLC0415
+
+    why = cuda.unavailable_reason()
+    if why is not None:
+        return f"not available: {why}"
+    import cupy  # noqa: PLC0415 - present whenever CUDA is available
+
+    rt = cupy.cuda.runtime
+    n = rt.getDeviceCount()
+    names = []
+    for i in range(n):
+        name = rt.getDeviceProperties(i)["name"]
+        names.append(name.decode() if isinstance(name, bytes) else str(name))
+    v = rt.runtimeGetVersion()
+    return (f"available (CuPy {cupy.__version__}, CUDA runtime {v // 1000}.{v % 1000 // 10}, "
+            f"{n} device{'s' if n != 1 else ''}: {', '.join(names)})")
+
+
+def _tool_version(path: str, pick=_first_line) -> str:
+    try:
+        r = subprocess.run([path, "--version"], capture_output=True, text=True,
+                           timeout=_PROBE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return f"found at {path} but `--version` timed out after {_PROBE_TIMEOUT}s"
+    except OSError as e:
+        return f"found at {path} but cannot run: {e}"
+    out = pick(r.stdout or r.stderr)
+    if r.returncode != 0:
+        return f"found at {path} but `--version` failed (status {r.returncode}): {out}"
+    return f"available ({out}; {path})"
+
+
+def probe_compiler() -> str:
+    for name in ("g++", "c++", "clang++", "cc"):
+        path = shutil.which(name)
+        if path:
+            return _tool_version(path)
+    return "not found: none of g++, c++, clang++, cc is on PATH"
+
+
+def probe_nvcc() -> str:
+    path = shutil.which("nvcc")
+    if path is None:
+        for var in ("CUDA_HOME", "CUDA_PATH"):
+            root = os.environ.get(var)
+            if root and os.path.isfile(os.path.join(root, "bin", "nvcc")):
+                path = os.path.join(root, "bin", "nvcc")
+                break
+    if path is None:
+        return "not found: nvcc is not on PATH and CUDA_HOME/CUDA_PATH is not set"
+    # nvcc's banner ends with "Cuda compilation tools, release 13.0, V13.0.48" and a build id
+    return _tool_version(path, pick=lambda out: next(
+        (ln.strip() for ln in out.splitlines() if "release" in ln), _last_line(out)))
+
+
+def probe_ninja() -> str:
+    path = shutil.which("ninja")
+    if path is None:
+        return "not found: ninja is not on PATH (pip install ninja); needed by tvm-ffi C++ JIT"
+    return _tool_version(path)
+
+
+def probe_component(dist: str, module: str, check_import: bool) -> str:
+    version = _dist_version(dist)
+    installed = f"installed ({version})" if version else "no distribution metadata"
+    if dist == "tensorplay-core":
+        return f"{installed}; import {module}: ok"  # we are running from it
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as e:
+        spec, err = None, str(e)
+    else:
+        err = f"No module named '{module}'"
+    if spec is None:
+        return f"{installed}; import {module}: not available: {err}"
+    # importing a component may import triton/tilelang/tvm: keep it out of this process
+    why = _import_in_subprocess(module) if check_import else None
+    return f"{installed}; import {module}: " + ("ok" if why is None else f"fails: {why}")
+
+
+# ---- report ------------------------------------------------------------------------------------------
+
+
+def collect(check_imports: bool = True) -> dict:
+    """All probe results as ``{section: [(label, text), ...]}`` (never raises)."""
+    import tensorplay  # noqa: PLC0415
+
+    def version_of(module: str) -> str:
+        return _dist_version(module.replace("_", "-"), module) or "version unknown"
+
+    info = [
+        ("version", tensorplay.__version__),
+        ("location", ", ".join(getattr(tensorplay, "__path__", [os.path.dirname(
+            tensorplay.__file__)]))),
+        ("python", f"{platform.python_version()} ({sys.executable})"),
+        ("platform", platform.platform()),
+        ("numpy", _safe(version_of, "numpy")),
+        ("ml_dtypes", _safe(version_of, "ml_dtypes")),
+    ]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        comps = [(d, pool.submit(_safe, probe_component, d, m, check_imports))
+                 for d, m in COMPONENTS]
+        caps = [("CUDA/CuPy", pool.submit(_safe, probe_cuda))]
+        caps += [(label, pool.submit(_safe, probe_package, mod, dists, check_imports))
+                 for label, mod, dists in PACKAGES]
+        caps += [("C/C++ compiler", pool.submit(_safe, probe_compiler)),
+                 ("nvcc", pool.submit(_safe, probe_nvcc)),
+                 ("ninja", pool.submit(_safe, probe_ninja))]
+        return {"TensorPlay": info,
+                "Components": [(k, f.result()) for k, f in comps],
+                "Capabilities": [(k, f.result()) for k, f in caps]}
+
+
+def format_report(report: dict) -> str:
+    lines = []
+    info = dict(report["TensorPlay"])
+    lines.append(f"TensorPlay {info.pop('version')}")
+    for section, rows in [("", list(info.items()))] + [
+            (s, report[s]) for s in ("Components", "Capabilities")]:
+        if section:
+            lines.append("")
+            lines.append(f"{section}:")
+        width = max(len(k) for k, _ in rows)
+        lines.extend(f"  {k.ljust(width)} : {v}" for k, v in rows)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="tensorplay", description="Print TensorPlay's versions and capabilities.")
+    parser.add_argument("--no-import-check", action="store_true",
+                        help="only look packages up; do not import them (faster)")
+    args = parser.parse_args(argv)
+    print(format_report(collect(check_imports=not args.no_import_check)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
