@@ -184,7 +184,9 @@ def _binary_with(*kwsets):
 
 
 def _clamp(row, dt, rng):
-    lo, hi = (0, 1) if dt is tp.bool else (-1, 2)
+    # torch casts the bounds to the input dtype first (clamp(uint8, -1) clamps at 255): keep
+    # them representable
+    lo, hi = (0, 1) if dt is tp.bool else (1, 5) if dt.category == 1 else (-1, 2)
     yield _s("both", make((3, 4), dt, rng), lo, hi)
     yield _s("min_only", make((3, 4), dt, rng, "transposed"), min=lo)
     yield _s("max_only", make((2, 0), dt, rng), max=hi)
@@ -365,10 +367,10 @@ def _reduction(dims=(None, 0, -1, (0, 1)), extra=({},), empty_dims=(1,)):
 
 def _dim_reduction(row, dt, rng):
     """argmax/argmin/max_dim/min_dim: an int dim (argmax also None)."""
-    dims = (None, 0, -1) if row.name.startswith("arg") else (0, -1, 1)
+    dims = (None, 0, -1, 1) if row.name.startswith("arg") else (0, -1, 1)
     for name, shape, layout in _RED_SHAPES:
         for dim in dims:
-            if not shape and dim not in (None, 0, -1):
+            if dim is not None and dim >= max(len(shape), 1):
                 continue
             for keepdim in (False, True):
                 kw = {"keepdim": keepdim}
@@ -389,8 +391,8 @@ def _x(dt, rng, shape=(2, 3, 4), layout="contiguous"):
 VIEW_SAMPLES = {
     "view": lambda dt, rng: [_s("flat", _x(dt, rng), -1), _s("tuple", _x(dt, rng), (6, 4)),
                              _s("dims", _x(dt, rng), 4, 3, 2), _s("0d", _x(dt, rng, ()), 1),
-                             _s("empty", _x(dt, rng, (0, 3)), 3, 0, -1),
-                             _s("merge_stepped", _x(dt, rng, (3, 4), "stepped"), 12)],
+                             _s("empty", _x(dt, rng, (0, 3)), 3, 0),
+                             _s("split_stepped", _x(dt, rng, (3, 4), "stepped"), 3, 2, 2)],
     "reshape": lambda dt, rng: [_s("flat", _x(dt, rng), -1),
                                 _s("copying", _x(dt, rng, (3, 4), "transposed"), 12),
                                 _s("tuple", _x(dt, rng), (4, -1)), _s("0d", _x(dt, rng, ()), ()),
@@ -406,7 +408,8 @@ VIEW_SAMPLES = {
                                _s("tuple", _x(dt, rng, ()), (2, 2)),
                                _s("empty", _x(dt, rng, (1, 3)), 0, 3)],
     "expand_as": lambda dt, rng: [_s("expand_as", _x(dt, rng, (3, 1)), _x(dt, rng, (2, 3, 4)))],
-    "squeeze": lambda dt, rng: [_s("all", _x(dt, rng, (1, 3, 1))), _s("dim", _x(dt, rng, (1, 3, 1)), 2),
+    "squeeze": lambda dt, rng: [_s("all", _x(dt, rng, (1, 3, 1))),
+                                _s("dim", _x(dt, rng, (1, 3, 1)), 2),
                                 _s("noop", _x(dt, rng, (1, 3, 1)), 1),
                                 _s("dims", _x(dt, rng, (1, 3, 1)), (0, 2)),
                                 _s("0d", _x(dt, rng, ()))],
@@ -490,37 +493,27 @@ def samples(row, dt, seed=0) -> list:
 # ---- references -------------------------------------------------------------------------
 
 
-def _pyfunc(f, nout=1):
-    uf = np.frompyfunc(f, 2, nout)
-
-    def apply(a, b):
-        r = uf(a, b)
-        return np.asarray(r, dtype=np.result_type(a, b))
-
-    return apply
-
-
 def _erf(x):
     x = np.asarray(x, dtype=np.float64)
-    return np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64)
+    return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)
 
 
 def _py_floordiv(a, b):
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.frompyfunc(operator.floordiv, 2, 1)(a.astype(object), b.astype(object)) \
-            .astype(np.int64)
-    return np.frompyfunc(operator.floordiv, 2, 1)(a.astype(np.float64), b.astype(np.float64)) \
-        .astype(np.float64)
+        return np.asarray(np.frompyfunc(operator.floordiv, 2, 1)(
+            a.astype(object), b.astype(object))).astype(np.int64)
+    return np.asarray(np.frompyfunc(operator.floordiv, 2, 1)(
+        a.astype(np.float64), b.astype(np.float64))).astype(np.float64)
 
 
 def _py_mod(a, b):
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.frompyfunc(operator.mod, 2, 1)(a.astype(object), b.astype(object)) \
-            .astype(np.int64)
-    return np.frompyfunc(operator.mod, 2, 1)(a.astype(np.float64), b.astype(np.float64)) \
-        .astype(np.float64)
+        return np.asarray(np.frompyfunc(operator.mod, 2, 1)(
+            a.astype(object), b.astype(object))).astype(np.int64)
+    return np.asarray(np.frompyfunc(operator.mod, 2, 1)(
+        a.astype(np.float64), b.astype(np.float64))).astype(np.float64)
 
 
 def _trunc_div(a, b):
@@ -565,7 +558,7 @@ def _f1(fn):
 
 
 def _axes(x, dim):
-    if dim is None:
+    if dim is None or np.ndim(x) == 0:
         return None
     return dim if isinstance(dim, tuple) else (dim,)
 
@@ -809,7 +802,8 @@ REF = {
     "minimum": np.minimum, "maximum": np.maximum,
     "neg": np.negative, "abs": np.abs,
     "sign": lambda x: np.sign(x) if np.asarray(x).dtype.kind != "b" else x,
-    "reciprocal": _f1(lambda x: 1 / x), "sqrt": _f1(np.sqrt), "rsqrt": _f1(lambda x: 1 / np.sqrt(x)),
+    "reciprocal": _f1(lambda x: 1 / x), "sqrt": _f1(np.sqrt),
+    "rsqrt": _f1(lambda x: 1 / np.sqrt(x)),
     "square": lambda x: np.square(np.asarray(x).astype(np.int64) if np.asarray(x).dtype.kind == "b"
                                   else x),
     "exp": _f1(np.exp), "exp2": _f1(np.exp2), "expm1": _f1(np.expm1), "log": _f1(np.log),

@@ -145,6 +145,13 @@ def _first_shape(items, dev):
     return None
 
 
+def _optional_input(row: OpDef, i: int) -> bool:
+    """Input ``i`` defaults to None in the row's signature (``clamp(min=None)``)."""
+    names = row.params.split(",")
+    return row.n_inputs not in ("seq", "star") and i < len(names) and \
+        names[i].replace(" ", "").endswith("=None")
+
+
 def _check_scalar(row: OpDef, x, i: int):
     if isinstance(x, (bool, int, float, complex, np.generic)):
         return
@@ -171,14 +178,20 @@ def _promoted(row: OpDef, items: list, idx) -> D.dtype:
     return D.result_type_of(dims, zeros, scalars)
 
 
-def _as_array(xp, x, dt: D.dtype, dev):
+def _as_array(xp, x, dt: D.dtype, dev, via=None):
+    # ``via``: a float16/bfloat16 promoted dtype computed in float32; inputs round to it first
+    # (a float16 0-d tensor or a Python float next to a bfloat16 tensor acts as bfloat16: torch)
     if isinstance(x, Tensor):
         a = x._data
         if x.device is not dev:  # a 0-d CPU tensor next to CUDA tensors
             a = xp.asarray(a)
+        if via is not None and a.dtype != via:
+            a = a.astype(via)
         return a if a.dtype == dt.np else a.astype(dt.np)
     if x is None:
         return None
+    if via is not None:
+        x = np.array(x).astype(via)
     return xp.asarray(np.array(x).astype(dt.np) if xp is np else x, dtype=dt.np)
 
 
@@ -187,12 +200,13 @@ def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
     """Run ``row`` on ``targs`` (tensor inputs) and ``params`` (everything else)."""
     items = _inputs(row, targs)
     for i, x in enumerate(items):
-        if not isinstance(x, Tensor):
+        if not isinstance(x, Tensor) and not (x is None and _optional_input(row, i)):
             _check_scalar(row, x, i)
     dev = _common_device(row, items)
     promoted = _promoted(row, items, row.cast)
     if _CATS[promoted.category] not in row.allow:
-        raise TypeError(f"{row.name}(): not supported for dtype {promoted}")
+        # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
+        raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
     if row.kind == "view":
         return _call_view(row, targs, params)
     cdt, odt = row.dtype(promoted, params)
@@ -204,9 +218,11 @@ def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
     else:
         xp = _device.array_module(dev)
         cast = row.cast if row.cast is not None else range(len(targs))
-        arrays = [_as_array(xp, x, cdt, dev) if i in cast else _raw(x, row, i)
+        via = promoted.np if promoted in (D.float16, D.bfloat16) and cdt is not promoted \
+            else None
+        arrays = [_as_array(xp, x, cdt, dev, via) if i in cast else _raw(x, row, i)
                   for i, x in enumerate(targs)] if row.n_inputs != "seq" else \
-            [[_as_array(xp, x, cdt, dev) for x in items]]
+            [[_as_array(xp, x, cdt, dev, via) for x in items]]
         if inplace is not None and row.ufunc is not None and cdt is odt and \
                 inplace.dtype is odt and params == row.defaults:
             with _quiet(xp):
@@ -215,10 +231,9 @@ def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
             return inplace
         try:
             with _quiet(xp):
-                r = row.kernel(xp, *arrays, **params)
+                result = _wrap_result(row, row.kernel(xp, *arrays, **params), odt, dev)
         except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise RuntimeError(f"{row.name}(): {e}") from e
-        result = _wrap_result(row, r, odt, dev)
     if inplace is not None:
         return _write_inplace(row, inplace, result)
     if out is not None:
@@ -278,7 +293,7 @@ def _call_view(row, targs, params):
 
 def check_writable(name: str, t: Tensor):
     data = t._data
-    if data is not None and not data.flags.writeable:
+    if data is not None and not getattr(data.flags, "writeable", True):  # CuPy has no flag
         raise RuntimeError(
             f"{name}(): the tensor being written is read-only (it shares memory with a "
             "non-writable array, e.g. from tp.from_numpy of a read-only array); clone() it first")
@@ -401,12 +416,19 @@ def _param_names(params: str):
     return names, defaults, star
 
 
+# ufuncs whose everyday inputs (log(0), 1/0, exp(100)) make numpy warn: torch stays silent,
+# so they take the general path, which runs kernels under np.errstate (~1 µs, too slow
+# for the fast path).
+_WARNS = frozenset({"true_divide", "sqrt", "log", "log2", "log10", "log1p", "arcsin", "arccos",
+                    "reciprocal", "exp", "exp2", "expm1", "sinh", "cosh"})
+
+
 def register(row: OpDef) -> OpDef:
     """Add ``row`` to ``OPS``; its public function is generated when first used."""
     _, defaults, _ = _param_names(row.params)
     inputs, rest, _ = _split_params(row)
     row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
-    if row.ufunc and row.n_inputs in (1, 2):
+    if row.ufunc and row.n_inputs in (1, 2) and row.ufunc not in _WARNS:
         row.fast = _fast_dtypes(row)
     OPS[row.name] = row
     return row

@@ -30,6 +30,18 @@ def _pw_shape(name):
     return functools.partial(M.pointwise_shape, name)
 
 
+def _int64():
+    from tensorplay import _dtype  # noqa: PLC0415
+
+    return _dtype.int64
+
+
+def _bool():
+    from tensorplay import _dtype  # noqa: PLC0415
+
+    return _dtype.bool
+
+
 def unary(name, kernel=None, *, ufunc=None, dtype=M.same, allow="bifc", **kw):
     """A pointwise op of one tensor (``tp.exp``)."""
     if kernel is None:
@@ -47,13 +59,15 @@ def binary(name, kernel=None, *, ufunc=None, params="input, other", dtype=M.same
         uf = ufunc or name
         kernel = lambda xp, a, b: getattr(xp, uf)(a, b)  # noqa: E731
     kw.setdefault("inplace", True)
-    return op(name, params, kernel=kernel, shape=_pw_shape(name), ufunc=ufunc, dtype=dtype,
-              allow=allow, out=True, n_inputs=2, **kw)
+    kw.setdefault("shape", _pw_shape(name))
+    return op(name, params, kernel=kernel, ufunc=ufunc, dtype=dtype, allow=allow, out=True,
+              n_inputs=2, **kw)
 
 
 def _no_int_zero_division(xp, b, op_name):
+    # the dispatcher prefixes "<op_name>(): " to kernel errors
     if b.dtype.kind in "iub" and bool((b == 0).any()):
-        raise ZeroDivisionError(f"{op_name}(): integer division by zero")
+        raise ZeroDivisionError("ZeroDivisionError: integer division by zero")
 
 
 # ---- arithmetic --------------------------------------------------------------------------
@@ -85,7 +99,12 @@ def _div(xp, a, b, rounding_mode=None):
 
 
 def _div_dtype(d, params):
-    return M.to_float(d, params) if params.get("rounding_mode") is None else M.same(d, params)
+    if params.get("rounding_mode") is None:
+        return M.to_float(d, params)
+    if d.is_complex:  # torch: "div_trunc_cpu" / "div_floor_cpu" not implemented for complex
+        raise RuntimeError(f"div(): rounding_mode={params['rounding_mode']!r} is not supported "
+                           f"for complex inputs ({d})")
+    return M.same(d, params)
 
 
 def _floor_divide(xp, a, b):
@@ -105,24 +124,48 @@ def _pow(xp, a, b):
 
 
 binary("add", _add, params="input, other, *, alpha=1", ufunc="add", dunders=("__add__", "__radd__", "__iadd__"))
+def _no_bool_operand(name, what):
+    def shape(*args, **params):
+        # torch refuses bool operands even where promotion would make them int (True - 1)
+        if any(isinstance(x, bool) or getattr(x, "dtype", None) is _bool() for x in args):
+            raise RuntimeError(f"{name}(): {what} with a bool tensor is not supported; use "
+                               "logical_xor() / bitwise_not() instead")
+        return M.pointwise_shape(name, *args)
+
+    return shape
+
+
+def _pow_shape(input, exponent):
+    # torch has no bool ** bool kernel for two tensors (a Python bool exponent is fine)
+    if getattr(input, "dtype", None) is _bool() and getattr(exponent, "dtype", None) is _bool():
+        raise RuntimeError('pow(): "pow" not implemented for two Bool tensors')
+    return M.pointwise_shape("pow", input, exponent)
+
+
+def _square_dtype(d, params):
+    # torch computes square(bool) as pow(bool, 2): int64
+    return (_int64(), _int64()) if d is _bool() else M.same(d, params)
+
+
 binary("sub", _sub, params="input, other, *, alpha=1", ufunc="subtract", allow="ifc",
+       shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
        dunders=("__sub__", "__rsub__", "__isub__"))
 binary("mul", ufunc="multiply", dunders=("__mul__", "__rmul__", "__imul__"))
 binary("div", _div, params="input, other, *, rounding_mode=None", ufunc="true_divide",
        dtype=_div_dtype, dunders=("__truediv__", "__rtruediv__", "__itruediv__"))
-binary("floor_divide", _floor_divide, allow="bif", dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"))
-binary("remainder", _remainder, allow="bif", dunders=("__mod__", "__rmod__", "__imod__"))
-binary("pow", _pow, params="input, exponent", dunders=("__pow__", "__rpow__", "__ipow__"))
+binary("floor_divide", _floor_divide, allow="if", dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"))
+binary("remainder", _remainder, allow="if", dunders=("__mod__", "__rmod__", "__imod__"))
+binary("pow", _pow, params="input, exponent", shape=_pow_shape, dunders=("__pow__", "__rpow__", "__ipow__"))
 binary("atan2", ufunc="arctan2", dtype=M.to_float, allow="bif")
 binary("minimum", ufunc="minimum", allow="bif")
 binary("maximum", ufunc="maximum", allow="bif")
 unary("neg", ufunc="negative", allow="ifc", dunders=("__neg__",))
-unary("abs", ufunc="absolute", dtype=M.to_real, dunders=("__abs__",))
+unary("abs", ufunc="absolute", dtype=M.to_real, allow="ifc", dunders=("__abs__",))
 unary("sign", lambda xp, a: xp.sign(a) if a.dtype.kind != "b" else a, allow="bif")
 unary("reciprocal", lambda xp, a: xp.reciprocal(a), dtype=M.to_float)
 unary("sqrt", ufunc="sqrt", dtype=M.to_float)
 unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), dtype=M.to_float)
-unary("square", ufunc="square", allow="ifc")
+unary("square", ufunc="square", dtype=_square_dtype)
 
 # ---- transcendental -----------------------------------------------------------------------
 for _name, _uf in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"),
@@ -136,7 +179,10 @@ def _erf(xp, a):
     if xp.__name__ == "numpy":
         from math import erf  # noqa: PLC0415 - numpy has no erf ufunc; vectorise the stdlib one
 
-        return _np_vectorize(erf)(a).astype(a.dtype)
+        import numpy as np  # noqa: PLC0415
+
+        # np.asarray: frompyfunc returns a bare Python float for 0-d input
+        return np.asarray(_np_vectorize(erf)(a)).astype(a.dtype)
     import cupyx.scipy.special as sp  # noqa: PLC0415
 
     return sp.erf(a)
@@ -181,7 +227,7 @@ def _leaky_relu(xp, a, negative_slope=0.01):
 unary("relu", lambda xp, a: xp.maximum(a, 0).astype(a.dtype), allow="if")
 op("gelu", "input, approximate='none'", kernel=_gelu, shape=_pw_shape("gelu"),
    dtype=functools.partial(M.float_only, op="gelu"), allow="f")
-unary("silu", lambda xp, a: a * _sigmoid(xp, a), dtype=M.to_float, allow="f")
+unary("silu", lambda xp, a: a * _sigmoid(xp, a), dtype=M.to_float, allow="fc")
 op("softplus", "input, beta=1.0, threshold=20.0", kernel=_softplus, shape=_pw_shape("softplus"),
    dtype=functools.partial(M.float_only, op="softplus"), allow="f")
 op("leaky_relu", "input, negative_slope=0.01", kernel=_leaky_relu,
@@ -260,7 +306,11 @@ def _reduce_shape(name):
 
 
 def _axes(a, dim, op_name):
-    return M.reduce_dims(dim, a.ndim, op_name) if dim is not None else None
+    if dim is None:
+        return None
+    axes = M.reduce_dims(dim, a.ndim, op_name)
+    # a 0-d tensor accepts dim 0/-1 (torch) but a 0-d array has no axis 0: reduce it whole
+    return axes if a.ndim else None
 
 
 def reduction(name, kernel, *, dtype=M.same, allow="bifc", params="input, dim=None, keepdim=False",
@@ -342,6 +392,12 @@ def _norm(xp, a, p="fro", dim=None, keepdim=False, dtype=None):
     return xp.sum(x ** p, axis=axes, keepdims=keepdim) ** (1.0 / p)
 
 
+def _all_dtype(d, params):
+    # torch keeps uint8 for all()/any() of uint8 (legacy byte masks); every other dtype -> bool
+    c, o = M.to_bool(d, params)
+    return (c, d) if d.name == "uint8" else (c, o)
+
+
 def _logsumexp(xp, a, dim, keepdim=False):
     axes = _axes(a, dim, "logsumexp")
     m = xp.amax(a, axis=axes, keepdims=True) if a.size else xp.zeros((1,) * a.ndim, a.dtype)
@@ -358,8 +414,8 @@ reduction("prod", _prod, params="input, dim=None, keepdim=False, *, dtype=None",
           dtype=M.sum_like, out=True)
 reduction("amax", _amax, allow="bif", out=True)
 reduction("amin", _amin, allow="bif", out=True)
-reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="bif", shape=_arg_shape("argmax"))
-reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="bif", shape=_arg_shape("argmin"))
+reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
+reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmin"))
 reduction("var", _var, params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
           dtype=functools.partial(M.real_float_only, op="var"), allow="fc", out=True)
 reduction("std", _std, params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
@@ -367,11 +423,11 @@ reduction("std", _std, params="input, dim=None, unbiased=None, keepdim=False, *,
 reduction("norm", _norm, params="input, p='fro', dim=None, keepdim=False, dtype=None",
           dtype=functools.partial(M.real_float_only, op="norm"), allow="fc")
 reduction("logsumexp", _logsumexp, params="input, dim, keepdim=False", dtype=M.to_float,
-          allow="bif", out=True)
+          out=True)
 reduction("all", lambda xp, a, dim=None, keepdim=False: xp.all(a, axis=_axes(a, dim, "all"),
-                                                                keepdims=keepdim), dtype=M.to_bool)
+                                                                keepdims=keepdim), dtype=_all_dtype)
 reduction("any", lambda xp, a, dim=None, keepdim=False: xp.any(a, axis=_axes(a, dim, "any"),
-                                                                keepdims=keepdim), dtype=M.to_bool)
+                                                                keepdims=keepdim), dtype=_all_dtype)
 
 MinMax = namedtuple("MinMax", ["values", "indices"])
 
@@ -399,12 +455,6 @@ def _minmax_dim_shape(name):
     return shape
 
 
-def _int64():
-    from tensorplay import _dtype  # noqa: PLC0415
-
-    return _dtype.int64
-
-
 for _fn in ("max", "min"):
     op(f"{_fn}_dim", "input, dim, keepdim=False", kind="reduction", kernel=_minmax_dim(_fn),
        shape=_minmax_dim_shape(_fn), dtype=lambda d, p: (d, (d, _int64())), multi=True,
@@ -425,9 +475,20 @@ def _same_shape(input, *args, **kwargs):
     return input._shape
 
 
-op("cumsum", "input, dim, *, dtype=None", kernel=_scan("cumsum"), shape=_same_shape,
+def _same_shape_dim(name):
+    def shape(input, dim, *args, **kwargs):
+        # IndexError here (also on meta), not a kernel error wrapped as RuntimeError
+        M.wrap_dim(dim, input.dim(), name)
+        return input._shape
+
+    return shape
+
+
+op("cumsum", "input, dim, *, dtype=None", kernel=_scan("cumsum"),
+   shape=_same_shape_dim("cumsum"),
    dtype=M.sum_like, out=True)
-op("cumprod", "input, dim, *, dtype=None", kernel=_scan("cumprod"), shape=_same_shape,
+op("cumprod", "input, dim, *, dtype=None", kernel=_scan("cumprod"),
+   shape=_same_shape_dim("cumprod"),
    dtype=M.sum_like, out=True)
 
 
@@ -446,9 +507,11 @@ def _log_softmax(xp, a, dim, dtype=None):
     return a - _logsumexp(xp, a, d, keepdim=True) if a.size else a
 
 
-op("softmax", "input, dim, dtype=None", kernel=_softmax, shape=_same_shape,
+op("softmax", "input, dim, dtype=None", kernel=_softmax,
+   shape=_same_shape_dim("softmax"),
    dtype=M.softmax_like, allow="f")
-op("log_softmax", "input, dim, dtype=None", kernel=_log_softmax, shape=_same_shape,
+op("log_softmax", "input, dim, dtype=None", kernel=_log_softmax,
+   shape=_same_shape_dim("log_softmax"),
    dtype=M.softmax_like, allow="f")
 
 # ---- linear algebra ----------------------------------------------------------------------
@@ -721,7 +784,7 @@ op("masked_fill", "input, mask, value", n_inputs=3, cast=(0, 2), promote="first"
 
 op("clone", "input, *, memory_format=None", kernel=lambda xp, a, memory_format=None: a.copy(),
    shape=_same_shape, promote="first")
-op("contiguous_copy", "input", kernel=lambda xp, a: xp.ascontiguousarray(a), shape=_same_shape,
+op("contiguous_copy", "input", kernel=lambda xp, a: a.copy(order="C"), shape=_same_shape,
    promote="first", method=False)
 
 # ---- views ------------------------------------------------------------------------------------

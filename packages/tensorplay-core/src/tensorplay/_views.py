@@ -52,6 +52,8 @@ def view_strides(old_shape, old_stride, new_shape):
         from tensorplay._tensor import contiguous_strides  # noqa: PLC0415
 
         return contiguous_strides(new_shape)
+    if not old_shape:  # a 0-d tensor views as any shape of one element (torch computeStride)
+        return (1,) * len(new_shape)
     new_stride = [0] * len(new_shape)
     view_d = len(new_shape) - 1
     chunk_base = old_stride[-1] if old_stride else 1
@@ -99,9 +101,11 @@ def permute(t, dims):
 def transpose(t, dim0, dim1):
     n = t.dim()
     a, b = wrap_dim(dim0, n, "transpose"), wrap_dim(dim1, n, "transpose")
+    if not n:  # transpose(0-d, 0, -1) is the identity (torch)
+        return _geo(t)
     axes = list(range(n))
     axes[a], axes[b] = axes[b], axes[a]
-    return permute(t, axes) if n else _geo(t)
+    return permute(t, axes)
 
 
 def t_(t):
