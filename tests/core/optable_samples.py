@@ -877,6 +877,25 @@ def assert_close(actual: tp.Tensor, expected, *, msg="") -> None:
                                equal_nan=True, err_msg=msg)
 
 
+def to_device(x, device: str):
+    """``x`` (a sample argument) with every tensor moved to ``device``, layout kept.
+
+    A non-contiguous CPU tensor is rebuilt on the device as the same strided view of a
+    copy of its base storage, so CUDA runs see the same strides as the CPU runs.
+    """
+    if isinstance(x, tp.Tensor):
+        if x.is_contiguous():
+            return x.to(device)
+        span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) if x.numel() else 0
+        base = tp.empty(0, dtype=x.dtype).set_(x.untyped_storage(), x.storage_offset(), (span,))
+        return base.to(device).as_strided(tuple(x.shape), x.stride(), 0)
+    if isinstance(x, (list, tuple)):
+        return type(x)(to_device(y, device) for y in x)
+    if isinstance(x, dict):
+        return {k: to_device(v, device) for k, v in x.items()}
+    return x
+
+
 def to_meta(x):
     if isinstance(x, tp.Tensor):
         return x.to("meta")

@@ -12,7 +12,8 @@ import itertools
 import numpy as np
 import pytest
 from optable_samples import (
-    ALL_DTYPES, DTYPES, REF, Sample, allowed, assert_close, reference, samples, sample_fn, to_meta,
+    ALL_DTYPES, DTYPES, REF, Sample, allowed, assert_close, reference, samples, sample_fn,
+    to_device, to_meta,
 )
 
 import tensorplay as tp
@@ -95,15 +96,18 @@ def test_every_row_is_covered(row):
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS)
-def test_values_match_numpy(row, dt):
+def test_values_match_numpy(row, dt, device):
     checked = 0
     for s in samples(row, dt):
+        on_dev = s if device == "cpu" else Sample(to_device(s.args, device),
+                                                  to_device(s.kwargs, device), s.name, s.meta)
         if not _expect_ok(row, s):
             with pytest.raises((TypeError, RuntimeError)):
-                _call(row, s)
+                _call(row, on_dev)
             checked += 1
             continue
-        got = _call(row, s)
+        got = _call(row, on_dev)
+        assert all(g.device.type == device for g in (got if isinstance(got, tuple) else [got]))
         want = reference(row, s)
         if row.multi or isinstance(want, tuple):
             assert isinstance(got, tuple) and len(got) == len(want), s
