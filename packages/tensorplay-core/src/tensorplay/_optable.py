@@ -276,10 +276,18 @@ for _name, _uf, _dn in [("eq", "equal", "__eq__"), ("ne", "not_equal", "__ne__")
                         ("gt", "greater", "__gt__"), ("ge", "greater_equal", "__ge__")]:
     binary(_name, ufunc=_uf, dtype=M.to_bool, allow="bifc" if _name in ("eq", "ne") else "bif",
            dunders=(_dn,), inplace=False)
-for _name, _uf in [("logical_and", "logical_and"), ("logical_or", "logical_or"),
-                   ("logical_xor", "logical_xor")]:
-    binary(_name, ufunc=_uf, dtype=M.to_bool, inplace=False)
-unary("logical_not", ufunc="logical_not", dtype=M.to_bool, inplace=False)
+
+
+def _truth(a):
+    # CuPy's logical ufuncs have no complex loops; "nonzero" is what they mean anyway.
+    return a != 0 if a.dtype.kind == "c" else a
+
+
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    binary(_name, lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)), ufunc=_name,
+           dtype=M.to_bool, inplace=False)
+unary("logical_not", lambda xp, a: xp.logical_not(_truth(a)), ufunc="logical_not",
+      dtype=M.to_bool, inplace=False)
 for _name, _uf, _dn in [("bitwise_and", "bitwise_and", ("__and__", "__rand__", "__iand__")),
                         ("bitwise_or", "bitwise_or", ("__or__", "__ror__", "__ior__")),
                         ("bitwise_xor", "bitwise_xor", ("__xor__", "__rxor__", "__ixor__"))]:
@@ -323,8 +331,14 @@ def _sum(xp, a, dim=None, keepdim=False, dtype=None):
     return xp.sum(a, axis=_axes(a, dim, "sum"), keepdims=keepdim)
 
 
+def _count(a, axes) -> int:
+    return math.prod(a.shape[i] for i in (axes if axes is not None else range(a.ndim)))
+
+
 def _mean(xp, a, dim=None, keepdim=False, dtype=None):
-    return xp.mean(a, axis=_axes(a, dim, "mean"), keepdims=keepdim)
+    # sum / count: the mean of nothing is nan, silently, as in torch (xp.mean warns)
+    axes = _axes(a, dim, "mean")
+    return xp.sum(a, axis=axes, keepdims=keepdim) / _count(a, axes)
 
 
 def _prod(xp, a, dim=None, keepdim=False, dtype=None):
@@ -350,6 +364,8 @@ def _amin(xp, a, dim=None, keepdim=False):
 def _arg(fn_name):
     def kernel(xp, a, dim=None, keepdim=False):
         _nonempty(a, fn_name, dim)
+        if a.ndim == 0:  # the only index of a 0-d tensor (CuPy refuses axis=0 here)
+            return xp.zeros((), xp.int64)
         if dim is None:
             r = getattr(xp, fn_name)(a.reshape(-1))
             return r.reshape((1,) * a.ndim) if keepdim else r
@@ -368,8 +384,14 @@ def _arg_shape(name):
 
 
 def _var(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    # Written out rather than xp.var: torch divides by max(N - correction, 0) (so too large
+    # a correction gives inf, where CuPy gives nan) and never warns.
     ddof = correction if correction is not None else (0 if unbiased is False else 1)
-    return xp.var(a, axis=_axes(a, dim, "var"), ddof=ddof, keepdims=keepdim)
+    axes = _axes(a, dim, "var")
+    n = _count(a, axes)
+    d = a - xp.mean(a, axis=axes, keepdims=True) if n else a
+    sq = (d * d.conj()).real if a.dtype.kind == "c" else d * d
+    return xp.sum(sq, axis=axes, keepdims=keepdim) / max(n - ddof, 0)
 
 
 def _std(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
@@ -720,7 +742,9 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     out = a.copy()
     if a.ndim == 0:
         return out
-    grid = list(xp.indices(idx.shape, sparse=True))
+    # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
+    grid = [xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i))
+            for i, n in enumerate(idx.shape)]
     grid[d] = idx
     vals = value if src is None else src[tuple(slice(0, n) for n in idx.shape)]
     if reduce is None:
