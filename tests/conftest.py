@@ -18,9 +18,16 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "packages/tensorplay-core/src"))
 
 settings.register_profile(
-    "dev", max_examples=25, deadline=None, derandomize=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+    "dev",
+    max_examples=25,
+    deadline=None,
+    derandomize=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 settings.register_profile(
-    "ci", max_examples=200, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors])
+    "ci",
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))

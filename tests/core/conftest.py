@@ -20,6 +20,6 @@ def device(request):
     return request.param
 
 
-def to_numpy(t: "tp.Tensor"):
+def to_numpy(t: tp.Tensor):
     """Host copy of a tensor's values as numpy (any device)."""
     return t.detach().cpu().numpy()

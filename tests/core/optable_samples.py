@@ -24,14 +24,42 @@ import tensorplay as tp
 from tensorplay._dispatch import _CATS
 
 # the dtypes every row is tried with (rows whose ``allow`` excludes one must raise)
-DTYPES = [tp.bool, tp.uint8, tp.int8, tp.int32, tp.int64, tp.float16, tp.bfloat16, tp.float32,
-          tp.float64, tp.complex64]
-ALL_DTYPES = [tp.bool, tp.uint8, tp.int8, tp.int16, tp.int32, tp.int64, tp.float16, tp.bfloat16,
-              tp.float32, tp.float64, tp.complex64, tp.complex128]
+DTYPES = [
+    tp.bool,
+    tp.uint8,
+    tp.int8,
+    tp.int32,
+    tp.int64,
+    tp.float16,
+    tp.bfloat16,
+    tp.float32,
+    tp.float64,
+    tp.complex64,
+]
+ALL_DTYPES = [
+    tp.bool,
+    tp.uint8,
+    tp.int8,
+    tp.int16,
+    tp.int32,
+    tp.int64,
+    tp.float16,
+    tp.bfloat16,
+    tp.float32,
+    tp.float64,
+    tp.complex64,
+    tp.complex128,
+]
 
 # (rtol, atol) per result dtype; integer and bool results are compared exactly
-TOL = {tp.float16: (1e-2, 1e-2), tp.bfloat16: (1.6e-2, 1.6e-2), tp.float32: (1e-5, 1e-5),
-       tp.complex64: (1e-5, 1e-5), tp.float64: (1e-9, 1e-9), tp.complex128: (1e-9, 1e-9)}
+TOL = {
+    tp.float16: (1e-2, 1e-2),
+    tp.bfloat16: (1.6e-2, 1.6e-2),
+    tp.float32: (1e-5, 1e-5),
+    tp.complex64: (1e-5, 1e-5),
+    tp.float64: (1e-9, 1e-9),
+    tp.complex128: (1e-9, 1e-9),
+}
 
 
 def allowed(row, dt) -> bool:
@@ -123,24 +151,35 @@ def to_ref(x):
 
 # ---- generic samples --------------------------------------------------------------------
 
-UNARY_LAYOUTS = [("0d", (), "contiguous"), ("empty", (2, 0, 3), "contiguous"),
-                 ("vector", (5,), "contiguous"), ("matrix", (3, 4), "contiguous"),
-                 ("transposed", (3, 4), "transposed"), ("stepped", (3, 4), "stepped"),
-                 ("expanded", (3, 4), "expanded")]
+UNARY_LAYOUTS = [
+    ("0d", (), "contiguous"),
+    ("empty", (2, 0, 3), "contiguous"),
+    ("vector", (5,), "contiguous"),
+    ("matrix", (3, 4), "contiguous"),
+    ("transposed", (3, 4), "transposed"),
+    ("stepped", (3, 4), "stepped"),
+    ("expanded", (3, 4), "expanded"),
+]
 
-BINARY_LAYOUTS = [("same", (3, 4), "contiguous", (3, 4), "contiguous"),
-                  ("broadcast", (3, 1), "contiguous", (1, 4), "contiguous"),
-                  ("0d_left", (), "contiguous", (2, 3), "contiguous"),
-                  ("0d_right", (2, 3), "contiguous", (), "contiguous"),
-                  ("0d_both", (), "contiguous", (), "contiguous"),
-                  ("empty", (0, 3), "contiguous", (1, 3), "contiguous"),
-                  ("noncontiguous", (3, 4), "transposed", (3, 4), "stepped"),
-                  ("expanded", (3, 4), "expanded", (3, 4), "contiguous"),
-                  ("rank_broadcast", (2, 3, 4), "stepped", (4,), "contiguous")]
+BINARY_LAYOUTS = [
+    ("same", (3, 4), "contiguous", (3, 4), "contiguous"),
+    ("broadcast", (3, 1), "contiguous", (1, 4), "contiguous"),
+    ("0d_left", (), "contiguous", (2, 3), "contiguous"),
+    ("0d_right", (2, 3), "contiguous", (), "contiguous"),
+    ("0d_both", (), "contiguous", (), "contiguous"),
+    ("empty", (0, 3), "contiguous", (1, 3), "contiguous"),
+    ("noncontiguous", (3, 4), "transposed", (3, 4), "stepped"),
+    ("expanded", (3, 4), "expanded", (3, 4), "contiguous"),
+    ("rank_broadcast", (2, 3, 4), "stepped", (4,), "contiguous"),
+]
 
 # domain of the second input of binary rows
-_SECOND_DOMAIN = {"div": "nonzero", "floor_divide": "nonzero", "remainder": "nonzero",
-                  "pow": "exponent"}
+_SECOND_DOMAIN = {
+    "div": "nonzero",
+    "floor_divide": "nonzero",
+    "remainder": "nonzero",
+    "pow": "exponent",
+}
 # domain of the first input of unary rows (none of these need one: nan/inf are compared too)
 _FIRST_DOMAIN: dict = {}
 
@@ -196,8 +235,7 @@ def _clamp(row, dt, rng):
 
 def _where(row, dt, rng):
     yield _s("broadcast", make((3, 1), tp.bool, rng), make((1, 4), dt, rng), make((3, 4), dt, rng))
-    yield _s("scalar", make((2, 3), tp.bool, rng), make((2, 3), dt, rng, "stepped"),
-             scalar_of(dt))
+    yield _s("scalar", make((2, 3), tp.bool, rng), make((2, 3), dt, rng, "stepped"), scalar_of(dt))
     yield _s("empty", make((0, 3), tp.bool, rng), make((0, 3), dt, rng), make((3,), dt, rng))
     yield _s("0d", make((), tp.bool, rng), make((), dt, rng), make((), dt, rng))
 
@@ -205,8 +243,12 @@ def _where(row, dt, rng):
 def _round(row, dt, rng):
     yield from _unary_generic(row, dt, rng)
     yield _s("decimals", make((3, 4), dt, rng), decimals=1)
-    yield _s("halves", tp.tensor([0.5, 1.5, 2.5, -0.5, -2.5], dtype=dt) if dt.category >= 2
-             else make((5,), dt, rng))
+    yield _s(
+        "halves",
+        tp.tensor([0.5, 1.5, 2.5, -0.5, -2.5], dtype=dt)
+        if dt.category >= 2
+        else make((5,), dt, rng),
+    )
 
 
 def _isclose(row, dt, rng):
@@ -312,10 +354,22 @@ def _scatter(row, dt, rng):
     yield _s("dim0", make((3, 4), dt, rng), 0, tp.tensor([[2, 0, 1, 0]]), make((1, 4), dt, rng))
     yield _s("value", make((3, 4), dt, rng), 1, idx, value=scalar_of(dt))
     if dt is not tp.bool:
-        yield _s("add", make((3, 4), dt, rng), 1, tp.tensor([[1, 1, 0]]), make((1, 3), dt, rng),
-                 reduce="add")
-        yield _s("multiply", make((3, 4), dt, rng), 1, tp.tensor([[1, 1, 0]]),
-                 make((1, 3), dt, rng), reduce="multiply")
+        yield _s(
+            "add",
+            make((3, 4), dt, rng),
+            1,
+            tp.tensor([[1, 1, 0]]),
+            make((1, 3), dt, rng),
+            reduce="add",
+        )
+        yield _s(
+            "multiply",
+            make((3, 4), dt, rng),
+            1,
+            tp.tensor([[1, 1, 0]]),
+            make((1, 3), dt, rng),
+            reduce="multiply",
+        )
 
 
 def _index_select(row, dt, rng):
@@ -327,8 +381,9 @@ def _index_select(row, dt, rng):
 
 def _masked_fill(row, dt, rng):
     yield _s("same", make((3, 4), dt, rng), make((3, 4), tp.bool, rng), scalar_of(dt))
-    yield _s("broadcast", make((3, 4), dt, rng, "transposed"), make((1, 4), tp.bool, rng),
-             scalar_of(dt))
+    yield _s(
+        "broadcast", make((3, 4), dt, rng, "transposed"), make((1, 4), tp.bool, rng), scalar_of(dt)
+    )
     yield _s("tensor_value", make((2, 3), dt, rng), make((2, 3), tp.bool, rng), make((), dt, rng))
     yield _s("empty", make((0, 3), dt, rng), make((3,), tp.bool, rng), scalar_of(dt))
 
@@ -339,9 +394,14 @@ def _copylike(row, dt, rng):
 
 # ---- reductions -------------------------------------------------------------------------
 
-_RED_SHAPES = [("0d", (), "contiguous"), ("vector", (5,), "contiguous"),
-               ("matrix", (3, 4), "contiguous"), ("transposed", (3, 4), "transposed"),
-               ("3d_stepped", (2, 3, 4), "stepped"), ("expanded", (3, 4), "expanded")]
+_RED_SHAPES = [
+    ("0d", (), "contiguous"),
+    ("vector", (5,), "contiguous"),
+    ("matrix", (3, 4), "contiguous"),
+    ("transposed", (3, 4), "transposed"),
+    ("3d_stepped", (2, 3, 4), "stepped"),
+    ("expanded", (3, 4), "expanded"),
+]
 
 
 def _reduction(dims=(None, 0, -1, (0, 1)), extra=({},), empty_dims=(1,)):
@@ -362,6 +422,7 @@ def _reduction(dims=(None, 0, -1, (0, 1)), extra=({},), empty_dims=(1,)):
                         yield Sample((x,), dict(args, keepdim=keepdim), f"{name}_dim{dim}")
         for dim in empty_dims:
             yield Sample((make((0, 3), dt, rng),), {"dim": dim}, "empty")
+
     return gen
 
 
@@ -389,56 +450,98 @@ def _x(dt, rng, shape=(2, 3, 4), layout="contiguous"):
 
 
 VIEW_SAMPLES = {
-    "view": lambda dt, rng: [_s("flat", _x(dt, rng), -1), _s("tuple", _x(dt, rng), (6, 4)),
-                             _s("dims", _x(dt, rng), 4, 3, 2), _s("0d", _x(dt, rng, ()), 1),
-                             _s("empty", _x(dt, rng, (0, 3)), 3, 0),
-                             _s("split_stepped", _x(dt, rng, (3, 4), "stepped"), 3, 2, 2)],
-    "reshape": lambda dt, rng: [_s("flat", _x(dt, rng), -1),
-                                _s("copying", _x(dt, rng, (3, 4), "transposed"), 12),
-                                _s("tuple", _x(dt, rng), (4, -1)), _s("0d", _x(dt, rng, ()), ()),
-                                _s("empty", _x(dt, rng, (0, 3)), -1, 3)],
-    "permute": lambda dt, rng: [_s("perm", _x(dt, rng), 2, 0, 1),
-                                _s("neg", _x(dt, rng), (-1, -3, -2)), _s("0d", _x(dt, rng, ()))],
-    "transpose": lambda dt, rng: [_s("t", _x(dt, rng), 0, 2), _s("neg", _x(dt, rng), -1, 1),
-                                  _s("0d", _x(dt, rng, ()), 0, -1)],
-    "t": lambda dt, rng: [_s("2d", _x(dt, rng, (2, 3))), _s("1d", _x(dt, rng, (3,))),
-                          _s("0d", _x(dt, rng, ()))],
-    "expand": lambda dt, rng: [_s("expand", _x(dt, rng, (3, 1)), 3, 4),
-                               _s("lead", _x(dt, rng, (1, 4)), 2, -1, 4),
-                               _s("tuple", _x(dt, rng, ()), (2, 2)),
-                               _s("empty", _x(dt, rng, (1, 3)), 0, 3)],
+    "view": lambda dt, rng: [
+        _s("flat", _x(dt, rng), -1),
+        _s("tuple", _x(dt, rng), (6, 4)),
+        _s("dims", _x(dt, rng), 4, 3, 2),
+        _s("0d", _x(dt, rng, ()), 1),
+        _s("empty", _x(dt, rng, (0, 3)), 3, 0),
+        _s("split_stepped", _x(dt, rng, (3, 4), "stepped"), 3, 2, 2),
+    ],
+    "reshape": lambda dt, rng: [
+        _s("flat", _x(dt, rng), -1),
+        _s("copying", _x(dt, rng, (3, 4), "transposed"), 12),
+        _s("tuple", _x(dt, rng), (4, -1)),
+        _s("0d", _x(dt, rng, ()), ()),
+        _s("empty", _x(dt, rng, (0, 3)), -1, 3),
+    ],
+    "permute": lambda dt, rng: [
+        _s("perm", _x(dt, rng), 2, 0, 1),
+        _s("neg", _x(dt, rng), (-1, -3, -2)),
+        _s("0d", _x(dt, rng, ())),
+    ],
+    "transpose": lambda dt, rng: [
+        _s("t", _x(dt, rng), 0, 2),
+        _s("neg", _x(dt, rng), -1, 1),
+        _s("0d", _x(dt, rng, ()), 0, -1),
+    ],
+    "t": lambda dt, rng: [
+        _s("2d", _x(dt, rng, (2, 3))),
+        _s("1d", _x(dt, rng, (3,))),
+        _s("0d", _x(dt, rng, ())),
+    ],
+    "expand": lambda dt, rng: [
+        _s("expand", _x(dt, rng, (3, 1)), 3, 4),
+        _s("lead", _x(dt, rng, (1, 4)), 2, -1, 4),
+        _s("tuple", _x(dt, rng, ()), (2, 2)),
+        _s("empty", _x(dt, rng, (1, 3)), 0, 3),
+    ],
     "expand_as": lambda dt, rng: [_s("expand_as", _x(dt, rng, (3, 1)), _x(dt, rng, (2, 3, 4)))],
-    "squeeze": lambda dt, rng: [_s("all", _x(dt, rng, (1, 3, 1))),
-                                _s("dim", _x(dt, rng, (1, 3, 1)), 2),
-                                _s("noop", _x(dt, rng, (1, 3, 1)), 1),
-                                _s("dims", _x(dt, rng, (1, 3, 1)), (0, 2)),
-                                _s("0d", _x(dt, rng, ()))],
-    "unsqueeze": lambda dt, rng: [_s("front", _x(dt, rng), 0), _s("back", _x(dt, rng), -1),
-                                  _s("mid", _x(dt, rng, (3, 4), "stepped"), 1),
-                                  _s("0d", _x(dt, rng, ()), 0)],
-    "flatten": lambda dt, rng: [_s("all", _x(dt, rng)), _s("range", _x(dt, rng), 1, 2),
-                                _s("copying", _x(dt, rng, (3, 4), "transposed")),
-                                _s("0d", _x(dt, rng, ()))],
-    "unflatten": lambda dt, rng: [_s("split", _x(dt, rng), 2, (2, 2)),
-                                  _s("infer", _x(dt, rng), 0, (1, -1))],
-    "narrow": lambda dt, rng: [_s("narrow", _x(dt, rng), 2, 1, 2),
-                               _s("negstart", _x(dt, rng), -1, -2, 2),
-                               _s("empty", _x(dt, rng), 0, 1, 0)],
+    "squeeze": lambda dt, rng: [
+        _s("all", _x(dt, rng, (1, 3, 1))),
+        _s("dim", _x(dt, rng, (1, 3, 1)), 2),
+        _s("noop", _x(dt, rng, (1, 3, 1)), 1),
+        _s("dims", _x(dt, rng, (1, 3, 1)), (0, 2)),
+        _s("0d", _x(dt, rng, ())),
+    ],
+    "unsqueeze": lambda dt, rng: [
+        _s("front", _x(dt, rng), 0),
+        _s("back", _x(dt, rng), -1),
+        _s("mid", _x(dt, rng, (3, 4), "stepped"), 1),
+        _s("0d", _x(dt, rng, ()), 0),
+    ],
+    "flatten": lambda dt, rng: [
+        _s("all", _x(dt, rng)),
+        _s("range", _x(dt, rng), 1, 2),
+        _s("copying", _x(dt, rng, (3, 4), "transposed")),
+        _s("0d", _x(dt, rng, ())),
+    ],
+    "unflatten": lambda dt, rng: [
+        _s("split", _x(dt, rng), 2, (2, 2)),
+        _s("infer", _x(dt, rng), 0, (1, -1)),
+    ],
+    "narrow": lambda dt, rng: [
+        _s("narrow", _x(dt, rng), 2, 1, 2),
+        _s("negstart", _x(dt, rng), -1, -2, 2),
+        _s("empty", _x(dt, rng), 0, 1, 0),
+    ],
     "select": lambda dt, rng: [_s("select", _x(dt, rng), 1, 2), _s("neg", _x(dt, rng), -1, -1)],
-    "as_strided": lambda dt, rng: [_s("window", _x(dt, rng, (6,)), (3, 2), (1, 1)),
-                                   _s("offset", _x(dt, rng, (3, 4)), (2, 2), (4, 1), 1)],
-    "movedim": lambda dt, rng: [_s("one", _x(dt, rng), 0, -1),
-                                _s("many", _x(dt, rng), (0, 1), (2, 0))],
-    "diagonal": lambda dt, rng: [_s("main", _x(dt, rng, (3, 4))),
-                                 _s("offset", _x(dt, rng, (3, 4)), 1),
-                                 _s("negoffset", _x(dt, rng, (3, 4)), -2),
-                                 _s("dims", _x(dt, rng), 0, 2, 1),
-                                 _s("empty", _x(dt, rng, (3, 4)), 5)],
+    "as_strided": lambda dt, rng: [
+        _s("window", _x(dt, rng, (6,)), (3, 2), (1, 1)),
+        _s("offset", _x(dt, rng, (3, 4)), (2, 2), (4, 1), 1),
+    ],
+    "movedim": lambda dt, rng: [
+        _s("one", _x(dt, rng), 0, -1),
+        _s("many", _x(dt, rng), (0, 1), (2, 0)),
+    ],
+    "diagonal": lambda dt, rng: [
+        _s("main", _x(dt, rng, (3, 4))),
+        _s("offset", _x(dt, rng, (3, 4)), 1),
+        _s("negoffset", _x(dt, rng, (3, 4)), -2),
+        _s("dims", _x(dt, rng), 0, 2, 1),
+        _s("empty", _x(dt, rng, (3, 4)), 5),
+    ],
     "unbind": lambda dt, rng: [_s("dim0", _x(dt, rng)), _s("dim_neg", _x(dt, rng), -1)],
-    "split": lambda dt, rng: [_s("size", _x(dt, rng), 2, 2), _s("uneven", _x(dt, rng), 2, 1),
-                              _s("sections", _x(dt, rng), [1, 3], -1)],
-    "chunk": lambda dt, rng: [_s("even", _x(dt, rng), 2), _s("uneven", _x(dt, rng), 2, 1),
-                              _s("more_than_size", _x(dt, rng), 5, 0)],
+    "split": lambda dt, rng: [
+        _s("size", _x(dt, rng), 2, 2),
+        _s("uneven", _x(dt, rng), 2, 1),
+        _s("sections", _x(dt, rng), [1, 3], -1),
+    ],
+    "chunk": lambda dt, rng: [
+        _s("even", _x(dt, rng), 2),
+        _s("uneven", _x(dt, rng), 2, 1),
+        _s("more_than_size", _x(dt, rng), 5, 0),
+    ],
 }
 
 _NAMED = {
@@ -448,30 +551,64 @@ _NAMED = {
     "add": _binary_with({}, {"alpha": 2}),
     "sub": _binary_with({}, {"alpha": 2}),
     "div": _binary_with({}, {"rounding_mode": "trunc"}, {"rounding_mode": "floor"}),
-    "clamp": _clamp, "where": _where, "round": _round, "isclose": _isclose,
-    "cumsum": _scan, "cumprod": _scan, "softmax": _softmax, "log_softmax": _softmax,
-    "matmul": _matmul, "mm": _mm, "bmm": _bmm, "dot": _dot, "outer": _outer,
-    "einsum": _einsum, "cat": _cat, "stack": _stack, "gather": _gather, "scatter": _scatter,
-    "index_select": _index_select, "masked_fill": _masked_fill,
-    "clone": _copylike, "contiguous_copy": _copylike,
+    "clamp": _clamp,
+    "where": _where,
+    "round": _round,
+    "isclose": _isclose,
+    "cumsum": _scan,
+    "cumprod": _scan,
+    "softmax": _softmax,
+    "log_softmax": _softmax,
+    "matmul": _matmul,
+    "mm": _mm,
+    "bmm": _bmm,
+    "dot": _dot,
+    "outer": _outer,
+    "einsum": _einsum,
+    "cat": _cat,
+    "stack": _stack,
+    "gather": _gather,
+    "scatter": _scatter,
+    "index_select": _index_select,
+    "masked_fill": _masked_fill,
+    "clone": _copylike,
+    "contiguous_copy": _copylike,
     "sum": _reduction(extra=({}, {"dtype": tp.float64})),
     "prod": _reduction(extra=({}, {"dtype": tp.float64})),
-    "mean": _reduction(), "amax": _reduction(empty_dims=(1,)), "amin": _reduction(empty_dims=(1,)),
+    "mean": _reduction(),
+    "amax": _reduction(empty_dims=(1,)),
+    "amin": _reduction(empty_dims=(1,)),
     "var": _reduction(extra=({}, {"unbiased": False}, {"correction": 0}, {"correction": 2})),
     "std": _reduction(extra=({}, {"unbiased": False}, {"correction": 2})),
-    "norm": _reduction(extra=({}, {"p": 1}, {"p": 2}, {"p": float("inf")}, {"p": float("-inf")},
-                              {"p": 0}, {"p": 3})),
+    "norm": _reduction(
+        extra=(
+            {},
+            {"p": 1},
+            {"p": 2},
+            {"p": float("inf")},
+            {"p": float("-inf")},
+            {"p": 0},
+            {"p": 3},
+        )
+    ),
     "logsumexp": _reduction(dims=(0, -1, (0, 1)), empty_dims=(0, 1)),
-    "all": _reduction(dims=(None, 0, -1)), "any": _reduction(dims=(None, 0, -1)),
-    "argmax": _dim_reduction, "argmin": _dim_reduction, "max_dim": _dim_reduction,
+    "all": _reduction(dims=(None, 0, -1)),
+    "any": _reduction(dims=(None, 0, -1)),
+    "argmax": _dim_reduction,
+    "argmin": _dim_reduction,
+    "max_dim": _dim_reduction,
     "min_dim": _dim_reduction,
 }
 _NAMED.update({name: _views for name in VIEW_SAMPLES})
 
 
 def has_generic(row) -> bool:
-    return row.kind == "pointwise" and row.n_inputs in (1, 2) and row.name not in _NAMED and \
-        row.name in REF
+    return (
+        row.kind == "pointwise"
+        and row.n_inputs in (1, 2)
+        and row.name not in _NAMED
+        and row.name in REF
+    )
 
 
 def sample_fn(row):
@@ -501,19 +638,23 @@ def _erf(x):
 def _py_floordiv(a, b):
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.asarray(np.frompyfunc(operator.floordiv, 2, 1)(
-            a.astype(object), b.astype(object))).astype(np.int64)
-    return np.asarray(np.frompyfunc(operator.floordiv, 2, 1)(
-        a.astype(np.float64), b.astype(np.float64))).astype(np.float64)
+        return np.asarray(
+            np.frompyfunc(operator.floordiv, 2, 1)(a.astype(object), b.astype(object))
+        ).astype(np.int64)
+    return np.asarray(
+        np.frompyfunc(operator.floordiv, 2, 1)(a.astype(np.float64), b.astype(np.float64))
+    ).astype(np.float64)
 
 
 def _py_mod(a, b):
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.asarray(np.frompyfunc(operator.mod, 2, 1)(
-            a.astype(object), b.astype(object))).astype(np.int64)
-    return np.asarray(np.frompyfunc(operator.mod, 2, 1)(
-        a.astype(np.float64), b.astype(np.float64))).astype(np.float64)
+        return np.asarray(
+            np.frompyfunc(operator.mod, 2, 1)(a.astype(object), b.astype(object))
+        ).astype(np.int64)
+    return np.asarray(
+        np.frompyfunc(operator.mod, 2, 1)(a.astype(np.float64), b.astype(np.float64))
+    ).astype(np.float64)
 
 
 def _trunc_div(a, b):
@@ -543,7 +684,7 @@ def _softplus(x, beta=1.0, threshold=20.0):
 
 def _gelu(x, approximate="none"):
     if approximate == "tanh":
-        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
 
 
@@ -567,8 +708,13 @@ def _red(fn):
     def ref(x, dim=None, keepdim=False, dtype=None, **kw):
         x = np.asarray(x)
         if dtype is not None:
-            x = x.astype(np.complex128 if dtype.is_complex else
-                         np.float64 if dtype.category == 2 else np.int64)
+            x = x.astype(
+                np.complex128
+                if dtype.is_complex
+                else np.float64
+                if dtype.category == 2
+                else np.int64
+            )
         elif x.dtype.kind == "b":
             x = x.astype(np.int64)
         return fn(x, axis=_axes(x, dim), keepdims=keepdim, **kw)
@@ -598,7 +744,7 @@ def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
         return np.min(a, axis=axes, keepdims=keepdim)
     if p == 0:
         return np.sum(a != 0, axis=axes, keepdims=keepdim).astype(np.float64)
-    return np.sum(a ** p, axis=axes, keepdims=keepdim) ** (1.0 / p)
+    return np.sum(a**p, axis=axes, keepdims=keepdim) ** (1.0 / p)
 
 
 def _logsumexp(x, dim, keepdim=False):
@@ -687,8 +833,9 @@ def _cat_ref(tensors, dim=0):
 
 
 def _gather_ref(x, dim, idx):
-    src = x[tuple(slice(0, n) if i != dim % x.ndim else slice(None)
-                  for i, n in enumerate(idx.shape))]
+    src = x[
+        tuple(slice(0, n) if i != dim % x.ndim else slice(None) for i, n in enumerate(idx.shape))
+    ]
     return np.take_along_axis(src, idx, axis=dim)
 
 
@@ -759,14 +906,14 @@ def _unflatten_ref(x, dim, sizes):
     sizes = list(sizes)
     if -1 in sizes:
         sizes[sizes.index(-1)] = x.shape[dim] // -math.prod(sizes)
-    return x.reshape(x.shape[:dim] + tuple(sizes) + x.shape[dim + 1:])
+    return x.reshape(x.shape[:dim] + tuple(sizes) + x.shape[dim + 1 :])
 
 
 def _flatten_ref(x, start=0, end=-1):
     if x.ndim == 0:
         return x.reshape(1)
     end %= x.ndim
-    return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1:])
+    return x.reshape(x.shape[:start] + (-1,) + x.shape[end + 1 :])
 
 
 VIEW_REF = {
@@ -775,9 +922,13 @@ VIEW_REF = {
     "permute": lambda x, *d: np.transpose(x, _shape_args(d) or None),
     "transpose": lambda x, a, b: np.swapaxes(x, a, b) if x.ndim else x,
     "t": lambda x: x.T,
-    "expand": lambda x, *s: np.broadcast_to(x, tuple(
-        n if n != -1 else x.shape[i - (len(_shape_args(s)) - x.ndim)]
-        for i, n in enumerate(_shape_args(s)))),
+    "expand": lambda x, *s: np.broadcast_to(
+        x,
+        tuple(
+            n if n != -1 else x.shape[i - (len(_shape_args(s)) - x.ndim)]
+            for i, n in enumerate(_shape_args(s))
+        ),
+    ),
     "expand_as": lambda x, o: np.broadcast_to(x, o.shape),
     "squeeze": _squeeze_ref,
     "unsqueeze": lambda x, d: np.expand_dims(x, d),
@@ -796,52 +947,105 @@ VIEW_REF = {
 REF = {
     "add": lambda a, b, alpha=1: np.add(a, b) if alpha == 1 else a + np.multiply(b, alpha),
     "sub": lambda a, b, alpha=1: np.subtract(a, b) if alpha == 1 else a - np.multiply(b, alpha),
-    "mul": np.multiply, "div": _div, "floor_divide": _py_floordiv, "remainder": _py_mod,
+    "mul": np.multiply,
+    "div": _div,
+    "floor_divide": _py_floordiv,
+    "remainder": _py_mod,
     "pow": lambda a, b: np.power(a, b),
     "atan2": lambda a, b: np.arctan2(_float(a), _float(b)),
-    "minimum": np.minimum, "maximum": np.maximum,
-    "neg": np.negative, "abs": np.abs,
+    "minimum": np.minimum,
+    "maximum": np.maximum,
+    "neg": np.negative,
+    "abs": np.abs,
     "sign": lambda x: np.sign(x) if np.asarray(x).dtype.kind != "b" else x,
-    "reciprocal": _f1(lambda x: 1 / x), "sqrt": _f1(np.sqrt),
+    "reciprocal": _f1(lambda x: 1 / x),
+    "sqrt": _f1(np.sqrt),
     "rsqrt": _f1(lambda x: 1 / np.sqrt(x)),
-    "square": lambda x: np.square(np.asarray(x).astype(np.int64) if np.asarray(x).dtype.kind == "b"
-                                  else x),
-    "exp": _f1(np.exp), "exp2": _f1(np.exp2), "expm1": _f1(np.expm1), "log": _f1(np.log),
-    "log2": _f1(np.log2), "log10": _f1(np.log10), "log1p": _f1(np.log1p), "sin": _f1(np.sin),
-    "cos": _f1(np.cos), "tan": _f1(np.tan), "asin": _f1(np.arcsin), "acos": _f1(np.arccos),
-    "atan": _f1(np.arctan), "sinh": _f1(np.sinh), "cosh": _f1(np.cosh), "tanh": _f1(np.tanh),
-    "sigmoid": _f1(_sigmoid), "erf": _f1(_erf),
-    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu,
-    "silu": lambda x: x * _sigmoid(x), "softplus": _softplus,
+    "square": lambda x: np.square(
+        np.asarray(x).astype(np.int64) if np.asarray(x).dtype.kind == "b" else x
+    ),
+    "exp": _f1(np.exp),
+    "exp2": _f1(np.exp2),
+    "expm1": _f1(np.expm1),
+    "log": _f1(np.log),
+    "log2": _f1(np.log2),
+    "log10": _f1(np.log10),
+    "log1p": _f1(np.log1p),
+    "sin": _f1(np.sin),
+    "cos": _f1(np.cos),
+    "tan": _f1(np.tan),
+    "asin": _f1(np.arcsin),
+    "acos": _f1(np.arccos),
+    "atan": _f1(np.arctan),
+    "sinh": _f1(np.sinh),
+    "cosh": _f1(np.cosh),
+    "tanh": _f1(np.tanh),
+    "sigmoid": _f1(_sigmoid),
+    "erf": _f1(_erf),
+    "relu": lambda x: np.maximum(x, 0),
+    "gelu": _gelu,
+    "silu": lambda x: x * _sigmoid(x),
+    "softplus": _softplus,
     "leaky_relu": lambda x, negative_slope=0.01: np.where(x > 0, x, x * negative_slope),
-    "clamp": _clamp_ref, "where": lambda c, a, b: np.where(c, a, b),
+    "clamp": _clamp_ref,
+    "where": lambda c, a, b: np.where(c, a, b),
     "floor": lambda x: np.floor(x) if np.asarray(x).dtype.kind == "f" else x,
     "ceil": lambda x: np.ceil(x) if np.asarray(x).dtype.kind == "f" else x,
     "trunc": lambda x: np.trunc(x) if np.asarray(x).dtype.kind == "f" else x,
     "round": _round_ref,
-    "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
-    "eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
-    "ge": np.greater_equal, "logical_and": np.logical_and, "logical_or": np.logical_or,
-    "logical_xor": np.logical_xor, "logical_not": np.logical_not,
-    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "isnan": np.isnan,
+    "isinf": np.isinf,
+    "isfinite": np.isfinite,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+    "logical_and": np.logical_and,
+    "logical_or": np.logical_or,
+    "logical_xor": np.logical_xor,
+    "logical_not": np.logical_not,
+    "bitwise_and": np.bitwise_and,
+    "bitwise_or": np.bitwise_or,
+    "bitwise_xor": np.bitwise_xor,
     "bitwise_not": np.invert,
     "isclose": lambda a, b, rtol=1e-05, atol=1e-08, equal_nan=False: np.isclose(
-        a, b, rtol=rtol, atol=atol, equal_nan=equal_nan),
-    "sum": _red(np.sum), "mean": _red(np.mean), "prod": _red(np.prod),
-    "amax": _red(np.max), "amin": _red(np.min),
-    "argmax": _arg(np.argmax), "argmin": _arg(np.argmin),
-    "var": _var, "std": lambda *a, **k: np.sqrt(_var(*a, **k)), "norm": _norm,
-    "logsumexp": _logsumexp, "all": _red(np.all), "any": _red(np.any),
-    "max_dim": _minmax_dim(np.max), "min_dim": _minmax_dim(np.min),
-    "cumsum": _scan_ref(np.cumsum), "cumprod": _scan_ref(np.cumprod),
-    "softmax": _softmax_ref, "log_softmax": _log_softmax_ref,
-    "matmul": np.matmul, "mm": np.matmul, "bmm": np.matmul, "dot": np.dot,
-    "outer": np.multiply.outer, "einsum": lambda eq, *ops: np.einsum(eq, *ops),
-    "cat": _cat_ref, "stack": lambda ts, dim=0: np.stack(ts, axis=dim),
-    "gather": _gather_ref, "scatter": _scatter_ref,
+        a, b, rtol=rtol, atol=atol, equal_nan=equal_nan
+    ),
+    "sum": _red(np.sum),
+    "mean": _red(np.mean),
+    "prod": _red(np.prod),
+    "amax": _red(np.max),
+    "amin": _red(np.min),
+    "argmax": _arg(np.argmax),
+    "argmin": _arg(np.argmin),
+    "var": _var,
+    "std": lambda *a, **k: np.sqrt(_var(*a, **k)),
+    "norm": _norm,
+    "logsumexp": _logsumexp,
+    "all": _red(np.all),
+    "any": _red(np.any),
+    "max_dim": _minmax_dim(np.max),
+    "min_dim": _minmax_dim(np.min),
+    "cumsum": _scan_ref(np.cumsum),
+    "cumprod": _scan_ref(np.cumprod),
+    "softmax": _softmax_ref,
+    "log_softmax": _log_softmax_ref,
+    "matmul": np.matmul,
+    "mm": np.matmul,
+    "bmm": np.matmul,
+    "dot": np.dot,
+    "outer": np.multiply.outer,
+    "einsum": lambda eq, *ops: np.einsum(eq, *ops),
+    "cat": _cat_ref,
+    "stack": lambda ts, dim=0: np.stack(ts, axis=dim),
+    "gather": _gather_ref,
+    "scatter": _scatter_ref,
     "index_select": lambda x, d, i: np.take(x, i, axis=d) if x.ndim else x.copy(),
     "masked_fill": _masked_fill_ref,
-    "clone": lambda x, memory_format=None: np.array(x), "contiguous_copy": lambda x: np.array(x),
+    "clone": lambda x, memory_format=None: np.array(x),
+    "contiguous_copy": lambda x: np.array(x),
 }
 REF.update({name: _views_ref(name) for name in VIEW_REF})
 
@@ -873,8 +1077,9 @@ def assert_close(actual: tp.Tensor, expected, *, msg="") -> None:
     with np.errstate(all="ignore"):
         want = exp.astype(dt.np)  # overflow to inf in the result dtype is expected
     wide = np.complex128 if dt.is_complex else np.float64
-    np.testing.assert_allclose(got.astype(wide), want.astype(wide), rtol=rtol, atol=atol,
-                               equal_nan=True, err_msg=msg)
+    np.testing.assert_allclose(
+        got.astype(wide), want.astype(wide), rtol=rtol, atol=atol, equal_nan=True, err_msg=msg
+    )
 
 
 def to_device(x, device: str):

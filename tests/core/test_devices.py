@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-
 from conftest import to_numpy
 
 
@@ -42,8 +41,10 @@ def test_mixing_devices_raises():
 def test_cuda_unavailable_is_explained():
     if tp.cuda.is_available():
         pytest.skip("CUDA is available here; this test covers machines without it")
-    assert "tensorplay-core[cuda]" in tp.cuda.unavailable_reason() or \
-        "CUDA" in tp.cuda.unavailable_reason()
+    assert (
+        "tensorplay-core[cuda]" in tp.cuda.unavailable_reason()
+        or "CUDA" in tp.cuda.unavailable_reason()
+    )
     with pytest.raises(RuntimeError, match=r"tensorplay-core\[cuda\]"):
         tp.ones(2, device="cuda")
 
@@ -52,8 +53,9 @@ def test_ops_run_on_every_device(device):
     x = tp.arange(6.0, device=device).reshape(2, 3)
     y = (x * 2 + 1).exp().sum(dim=1)
     assert y.device.type == device
-    np.testing.assert_allclose(to_numpy(y), np.exp(np.arange(6.0).reshape(2, 3) * 2 + 1).sum(1),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        to_numpy(y), np.exp(np.arange(6.0).reshape(2, 3) * 2 + 1).sum(1), rtol=1e-5
+    )
     assert (x @ x.t()).tolist() == [[5.0, 14.0], [14.0, 50.0]]
 
 

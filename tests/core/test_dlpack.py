@@ -13,18 +13,42 @@ import pytest
 import tensorplay as tp
 from tensorplay import _dlpack as dl
 
-ALL_DTYPES = [tp.bool, tp.uint8, tp.int8, tp.int16, tp.int32, tp.int64, tp.float16,
-              tp.bfloat16, tp.float32, tp.float64, tp.complex64, tp.complex128]
+ALL_DTYPES = [
+    tp.bool,
+    tp.uint8,
+    tp.int8,
+    tp.int16,
+    tp.int32,
+    tp.int64,
+    tp.float16,
+    tp.bfloat16,
+    tp.float32,
+    tp.float64,
+    tp.complex64,
+    tp.complex128,
+]
 EXPECTED_CODES = {
-    tp.bool: (6, 8), tp.uint8: (1, 8), tp.int8: (0, 8), tp.int16: (0, 16), tp.int32: (0, 32),
-    tp.int64: (0, 64), tp.float16: (2, 16), tp.bfloat16: (4, 16), tp.float32: (2, 32),
-    tp.float64: (2, 64), tp.complex64: (5, 64), tp.complex128: (5, 128),
+    tp.bool: (6, 8),
+    tp.uint8: (1, 8),
+    tp.int8: (0, 8),
+    tp.int16: (0, 16),
+    tp.int32: (0, 32),
+    tp.int64: (0, 64),
+    tp.float16: (2, 16),
+    tp.bfloat16: (4, 16),
+    tp.float32: (2, 32),
+    tp.float64: (2, 64),
+    tp.complex64: (5, 64),
+    tp.complex128: (5, 128),
 }
 
 # private prototypes (setting argtypes on ctypes.pythonapi.X would change them for everyone)
-_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(("PyCapsule_GetName", ctypes.pythonapi))
+_name = ctypes.PYFUNCTYPE(ctypes.c_char_p, ctypes.py_object)(
+    ("PyCapsule_GetName", ctypes.pythonapi)
+)
 _ptr = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
-    ("PyCapsule_GetPointer", ctypes.pythonapi))
+    ("PyCapsule_GetPointer", ctypes.pythonapi)
+)
 
 
 def managed(capsule):
@@ -57,12 +81,14 @@ class Producer:
 
 def legacy_only(t):
     """A producer from before DLPack 1.0: no ``max_version`` keyword."""
+
     class Old:
         def __dlpack__(self, stream=None):
             return t.__dlpack__(stream=stream)
 
         def __dlpack_device__(self):
             return t.__dlpack_device__()
+
     return Old()
 
 
@@ -71,7 +97,7 @@ def collect():
         gc.collect()
 
 
-# ---- capsule contents ---------------------------------------------------------------------------
+# ---- capsule contents ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dt", ALL_DTYPES, ids=str)
@@ -142,7 +168,7 @@ def test_dl_device_and_copy_arguments():
     assert t[0].item() == 0.0
 
 
-# ---- numpy ----------------------------------------------------------------------------------------
+# ---- numpy ---------------------------------------------------------------------------------------
 
 
 def test_numpy_consumes_tensor_zero_copy():
@@ -182,8 +208,11 @@ def test_round_trip_tensorplay_to_tensorplay(dt, protocol):
 @pytest.mark.parametrize("view", ["t", "slice", "permute"])
 def test_round_trip_keeps_strides(view):
     base = tp.arange(60, dtype=tp.float64).reshape(3, 4, 5)
-    v = {"t": lambda: base[0].t(), "slice": lambda: base[:, 1:, ::2],
-         "permute": lambda: base.permute(2, 0, 1)}[view]()
+    v = {
+        "t": lambda: base[0].t(),
+        "slice": lambda: base[:, 1:, ::2],
+        "permute": lambda: base.permute(2, 0, 1),
+    }[view]()
     u = tp.from_dlpack(Producer(v))
     assert u.stride() == v.stride() and u.data_ptr() == v.data_ptr()
     assert u.tolist() == v.tolist()
@@ -272,7 +301,7 @@ def test_from_numpy_misaligned_foreign_array():
     assert tp.from_dlpack(a).tolist() == [0.0, 0.0, 3.5, 0.0]
 
 
-# ---- lifetimes -------------------------------------------------------------------------------------
+# ---- lifetimes -----------------------------------------------------------------------------------
 
 
 def test_exported_memory_outlives_the_tensor():
@@ -349,11 +378,22 @@ TORCH_DTYPES = {}
 
 def _torch():
     torch = pytest.importorskip("torch", reason="torch not installed (optional interop test)")
-    TORCH_DTYPES.update({
-        tp.bool: torch.bool, tp.uint8: torch.uint8, tp.int8: torch.int8, tp.int16: torch.int16,
-        tp.int32: torch.int32, tp.int64: torch.int64, tp.float16: torch.float16,
-        tp.bfloat16: torch.bfloat16, tp.float32: torch.float32, tp.float64: torch.float64,
-        tp.complex64: torch.complex64, tp.complex128: torch.complex128})
+    TORCH_DTYPES.update(
+        {
+            tp.bool: torch.bool,
+            tp.uint8: torch.uint8,
+            tp.int8: torch.int8,
+            tp.int16: torch.int16,
+            tp.int32: torch.int32,
+            tp.int64: torch.int64,
+            tp.float16: torch.float16,
+            tp.bfloat16: torch.bfloat16,
+            tp.float32: torch.float32,
+            tp.float64: torch.float64,
+            tp.complex64: torch.complex64,
+            tp.complex128: torch.complex128,
+        }
+    )
     return torch
 
 
@@ -406,7 +446,7 @@ def test_torch_lifetime():
     assert u.sum().item() == 45.0
 
 
-# ---- tvm-ffi, JAX, CuPy ----------------------------------------------------------------------------
+# ---- tvm-ffi, JAX, CuPy --------------------------------------------------------------------------
 
 
 def test_tvm_ffi_both_ways():
@@ -438,6 +478,7 @@ def _cupy():
     if not tp.cuda.is_available():
         pytest.skip("CUDA not available")
     import cupy  # noqa: PLC0415 - available whenever tp.cuda is
+
     return cupy
 
 

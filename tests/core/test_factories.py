@@ -28,18 +28,21 @@ def test_default_dtype_is_configurable():
         tp.set_default_dtype(tp.int32)
 
 
-@pytest.mark.parametrize("fn,expected", [
-    (lambda: tp.zeros(2, 3), np.zeros((2, 3))),
-    (lambda: tp.ones((2,)), np.ones(2)),
-    (lambda: tp.full((2, 2), 7.5), np.full((2, 2), 7.5)),
-    (lambda: tp.arange(5), np.arange(5)),
-    (lambda: tp.arange(1, 2, 0.25), np.arange(1, 2, 0.25)),
-    (lambda: tp.arange(10, 0, -3), np.arange(10, 0, -3)),
-    (lambda: tp.linspace(0, 1, 5), np.linspace(0, 1, 5)),
-    (lambda: tp.eye(3, 2), np.eye(3, 2)),
-    (lambda: tp.zeros_like(tp.ones(2, 2, dtype=tp.int32)), np.zeros((2, 2), np.int32)),
-    (lambda: tp.full_like(tp.ones(3), 2), np.full(3, 2.0)),
-])
+@pytest.mark.parametrize(
+    "fn,expected",
+    [
+        (lambda: tp.zeros(2, 3), np.zeros((2, 3))),
+        (lambda: tp.ones((2,)), np.ones(2)),
+        (lambda: tp.full((2, 2), 7.5), np.full((2, 2), 7.5)),
+        (lambda: tp.arange(5), np.arange(5)),
+        (lambda: tp.arange(1, 2, 0.25), np.arange(1, 2, 0.25)),
+        (lambda: tp.arange(10, 0, -3), np.arange(10, 0, -3)),
+        (lambda: tp.linspace(0, 1, 5), np.linspace(0, 1, 5)),
+        (lambda: tp.eye(3, 2), np.eye(3, 2)),
+        (lambda: tp.zeros_like(tp.ones(2, 2, dtype=tp.int32)), np.zeros((2, 2), np.int32)),
+        (lambda: tp.full_like(tp.ones(3), 2), np.full(3, 2.0)),
+    ],
+)
 def test_factories_match_numpy(fn, expected):
     t = fn()
     assert t.shape == expected.shape
@@ -52,16 +55,19 @@ def test_factory_dtypes():
     assert tp.ones(2, dtype=tp.bfloat16).float().tolist() == [1.0, 1.0]
 
 
-@pytest.mark.parametrize("make", [
-    lambda: tp.tensor([300], dtype=tp.uint8),
-    lambda: tp.tensor([-1], dtype=tp.uint8),
-    lambda: tp.full((2,), 2**40, dtype=tp.int32),
-    lambda: tp.tensor([2**70]),
-    lambda: tp.tensor(2**64),
-    lambda: tp.arange(0, 2**33, 2**31, dtype=tp.int32),
-    lambda: tp.randint(0, 1000, (3,), dtype=tp.int8),
-    lambda: tp.tensor([float("nan")], dtype=tp.int32),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tp.tensor([300], dtype=tp.uint8),
+        lambda: tp.tensor([-1], dtype=tp.uint8),
+        lambda: tp.full((2,), 2**40, dtype=tp.int32),
+        lambda: tp.tensor([2**70]),
+        lambda: tp.tensor(2**64),
+        lambda: tp.arange(0, 2**33, 2**31, dtype=tp.int32),
+        lambda: tp.randint(0, 1000, (3,), dtype=tp.int8),
+        lambda: tp.tensor([float("nan")], dtype=tp.int32),
+    ],
+)
 def test_integer_overflow_in_factories_raises(make):
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
         make()
@@ -115,19 +121,25 @@ def test_dtype_objects():
     assert tp.float is tp.float32 and tp.long is tp.int64 and tp.double is tp.float64
 
 
-@pytest.mark.parametrize("a,b,expected", [
-    (tp.uint8, tp.int8, tp.int16), (tp.bool, tp.int32, tp.int32),
-    (tp.float16, tp.bfloat16, tp.float32), (tp.int64, tp.float16, tp.float16),
-    (tp.complex64, tp.float64, tp.complex128), (tp.int16, tp.uint8, tp.int16),
-])
+@pytest.mark.parametrize(
+    "a,b,expected",
+    [
+        (tp.uint8, tp.int8, tp.int16),
+        (tp.bool, tp.int32, tp.int32),
+        (tp.float16, tp.bfloat16, tp.float32),
+        (tp.int64, tp.float16, tp.float16),
+        (tp.complex64, tp.float64, tp.complex128),
+        (tp.int16, tp.uint8, tp.int16),
+    ],
+)
 def test_promote_types(a, b, expected):
     assert tp.promote_types(a, b) is expected and tp.promote_types(b, a) is expected
 
 
 def test_scalars_promote_like_torch():
     i8 = tp.tensor([1], dtype=tp.int8)
-    assert (i8 + 1).dtype is tp.int8            # int scalar keeps the tensor's category
-    assert (i8 + 1.5).dtype is tp.float32       # float scalar lifts int to default float
+    assert (i8 + 1).dtype is tp.int8  # int scalar keeps the tensor's category
+    assert (i8 + 1.5).dtype is tp.float32  # float scalar lifts int to default float
     assert (tp.tensor([1.0], dtype=tp.float16) + 1.0).dtype is tp.float16
     assert (i8 + tp.tensor(1.0, dtype=tp.float64)).dtype is tp.float64  # 0-d, higher category
     assert (tp.ones(1) + tp.tensor(1.0, dtype=tp.float64)).dtype is tp.float32  # same category

@@ -16,10 +16,24 @@ import pytest
 import tensorplay as tp
 from tensorplay import __main__ as cli
 
-CAPABILITIES = ["CUDA/CuPy", "triton", "tilelang", "tvm", "tvm-ffi", "torch",
-                "C/C++ compiler", "nvcc", "ninja"]
-COMPONENTS = ["tensorplay-core", "tensorplay-library", "tensorplay-compile",
-              "tensorplay-kernels", "tensorplay-cppjit"]
+CAPABILITIES = [
+    "CUDA/CuPy",
+    "triton",
+    "tilelang",
+    "tvm",
+    "tvm-ffi",
+    "torch",
+    "C/C++ compiler",
+    "nvcc",
+    "ninja",
+]
+COMPONENTS = [
+    "tensorplay-core",
+    "tensorplay-library",
+    "tensorplay-compile",
+    "tensorplay-kernels",
+    "tensorplay-cppjit",
+]
 
 
 def _env(extra_path=(), **overrides) -> dict:
@@ -27,14 +41,20 @@ def _env(extra_path=(), **overrides) -> dict:
     roots = [str(Path(p).parent) for p in tp.__path__]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
-        [*map(str, extra_path), *roots, *filter(None, [env.get("PYTHONPATH")])])
+        [*map(str, extra_path), *roots, *filter(None, [env.get("PYTHONPATH")])]
+    )
     env.update(overrides)
     return env
 
 
 def run_cli(*args, extra_path=(), **env) -> str:
-    r = subprocess.run([sys.executable, "-m", "tensorplay", *args], capture_output=True,
-                       text=True, timeout=300, env=_env(extra_path, **env))
+    r = subprocess.run(
+        [sys.executable, "-m", "tensorplay", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(extra_path, **env),
+    )
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr, r.stderr
     return r.stdout
@@ -75,13 +95,23 @@ def test_every_capability_is_available_or_says_why(report):
         line = line_of(report, label)
         if not line.startswith("available ("):
             # a reason, not just "unavailable"
-            assert re.match(r"(not installed|not available|not found|installed \(.*\) but)"
-                            r".*: \S", line), line
+            assert re.match(
+                r"(not installed|not available|not found|installed \(.*\) but)"
+                r".*: \S",
+                line,
+            ), line
 
 
-@pytest.mark.parametrize("label,module", [("triton", "triton"), ("tilelang", "tilelang"),
-                                          ("tvm", "tvm"), ("tvm-ffi", "tvm_ffi"),
-                                          ("torch", "torch")])
+@pytest.mark.parametrize(
+    "label,module",
+    [
+        ("triton", "triton"),
+        ("tilelang", "tilelang"),
+        ("tvm", "tvm"),
+        ("tvm-ffi", "tvm_ffi"),
+        ("torch", "torch"),
+    ],
+)
 def test_package_lines_agree_with_find_spec(report, label, module):
     line = line_of(report, label)
     if importlib.util.find_spec(module) is None:
@@ -113,7 +143,8 @@ def test_a_failing_probe_does_not_crash(monkeypatch, capsys):
     monkeypatch.setattr(cli, "probe_compiler", boom)
     assert cli.main(["--no-import-check"]) == 0
     assert line_of(capsys.readouterr().out, "C/C++ compiler") == (
-        "probe failed: OSError: simulated probe failure")
+        "probe failed: OSError: simulated probe failure"
+    )
 
 
 def _fake_packages(tmp_path) -> Path:
@@ -122,19 +153,23 @@ def _fake_packages(tmp_path) -> Path:
     (tmp_path / "triton").mkdir()
     (tmp_path / "triton/__init__.py").write_text('raise ImportError("libcuda.so.1: not found")\n')
     (tmp_path / "tilelang").mkdir()
-    (tmp_path / "tilelang/__init__.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "tilelang/__init__.py").write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path.insert(0, "/nonexistent/tilelang/3rdparty/tvm")
-        open({str(tmp_path / 'imported')!r}, "a").write("x")
-    """))
+        open({str(tmp_path / "imported")!r}, "a").write("x")
+    """)
+    )
     return tmp_path
 
 
 def test_broken_package_reports_its_import_error(tmp_path):
     out = run_cli(extra_path=[_fake_packages(tmp_path)])
     # (the version is whatever metadata says: a real triton may be installed underneath)
-    assert re.fullmatch(r"installed \(.+\) but import fails: ImportError: libcuda.so.1: not found",
-                        line_of(out, "triton"))
+    assert re.fullmatch(
+        r"installed \(.+\) but import fails: ImportError: libcuda.so.1: not found",
+        line_of(out, "triton"),
+    )
     assert re.fullmatch(r"available \(.+\)", line_of(out, "tilelang"))
     # imported only in its own subprocess: this report's process was not affected
     assert (tmp_path / "imported").read_text() == "x"

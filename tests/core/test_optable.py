@@ -12,8 +12,17 @@ import itertools
 import numpy as np
 import pytest
 from optable_samples import (
-    ALL_DTYPES, DTYPES, REF, Sample, allowed, assert_close, reference, samples, sample_fn,
-    to_device, to_meta,
+    ALL_DTYPES,
+    DTYPES,
+    REF,
+    Sample,
+    allowed,
+    assert_close,
+    reference,
+    sample_fn,
+    samples,
+    to_device,
+    to_meta,
 )
 
 import tensorplay as tp
@@ -57,7 +66,7 @@ def _is_bool(x):
 
 # calls PyTorch refuses although promotion alone would allow them
 _REFUSED = {
-    "sub": lambda s: any(_is_bool(x) for x in s.args),               # bool - anything
+    "sub": lambda s: any(_is_bool(x) for x in s.args),  # bool - anything
     "pow": lambda s: all(isinstance(x, tp.Tensor) and x.dtype is tp.bool for x in s.args),
 }
 
@@ -82,13 +91,15 @@ def _expect_ok(row, s):
 
 @pytest.mark.parametrize("row", ROWS, ids=ROW_IDS)
 def test_every_row_is_covered(row):
-    assert sample_fn(row) is not None, f"op-table row {row.name!r} has no sample inputs: add " \
-                                       "them in tests/core/optable_samples.py"
+    assert sample_fn(row) is not None, (
+        f"op-table row {row.name!r} has no sample inputs: add them in tests/core/optable_samples.py"
+    )
     assert row.name in REF, f"op-table row {row.name!r} has no numpy reference"
     n = sum(len(samples(row, dt)) for dt in DTYPES)
     assert n > 0
-    assert any(allowed(row, dt) and samples(row, dt) for dt in DTYPES), \
+    assert any(allowed(row, dt) and samples(row, dt) for dt in DTYPES), (
         f"{row.name}: no sample runs with an allowed dtype"
+    )
 
 
 # ---- values against numpy -------------------------------------------------------------
@@ -99,8 +110,11 @@ def test_every_row_is_covered(row):
 def test_values_match_numpy(row, dt, device):
     checked = 0
     for s in samples(row, dt):
-        on_dev = s if device == "cpu" else Sample(to_device(s.args, device),
-                                                  to_device(s.kwargs, device), s.name, s.meta)
+        on_dev = (
+            s
+            if device == "cpu"
+            else Sample(to_device(s.args, device), to_device(s.kwargs, device), s.name, s.meta)
+        )
         if not _expect_ok(row, s):
             with pytest.raises((TypeError, RuntimeError)):
                 _call(row, on_dev)
@@ -311,15 +325,27 @@ def test_inplace_on_expanded_raises():
 # ---- result dtypes equal PyTorch's ------------------------------------------------------
 
 _SCALARS = {"int": 2, "float": 2.5, "complex": 1 + 1j, "bool": True}
-BINARY = [r for r in ROWS if r.kind == "pointwise" and r.n_inputs == 2 and r.name in REF
-          and r.name not in ("matmul", "mm", "bmm", "dot", "outer")]
-UNARY = [r for r in ROWS if r.kind == "pointwise" and r.n_inputs == 1
-         and r.name not in ("cumsum", "cumprod", "softmax", "log_softmax", "contiguous_copy")]
+BINARY = [
+    r
+    for r in ROWS
+    if r.kind == "pointwise"
+    and r.n_inputs == 2
+    and r.name in REF
+    and r.name not in ("matmul", "mm", "bmm", "dot", "outer")
+]
+UNARY = [
+    r
+    for r in ROWS
+    if r.kind == "pointwise"
+    and r.n_inputs == 1
+    and r.name not in ("cumsum", "cumprod", "softmax", "log_softmax", "contiguous_copy")
+]
 
 
 def _torch():
-    return pytest.importorskip("torch", reason="torch is not installed: PyTorch dtype parity "
-                                               "cannot be checked")
+    return pytest.importorskip(
+        "torch", reason="torch is not installed: PyTorch dtype parity cannot be checked"
+    )
 
 
 def _both(tfn, tpfn):
@@ -340,8 +366,7 @@ def _vals(dt):
 
 
 def _pair(torch, name_t, name_tp, vals):
-    return (torch.tensor(vals).to(getattr(torch, name_t)),
-            tp.tensor(vals).to(getattr(tp, name_tp)))
+    return (torch.tensor(vals).to(getattr(torch, name_t)), tp.tensor(vals).to(getattr(tp, name_tp)))
 
 
 def _torch_fn(torch, row):
@@ -396,15 +421,18 @@ def test_where_result_dtype_matches_torch():
     for a, b in itertools.product(ALL_DTYPES, ALL_DTYPES):
         ta, xa = _pair(torch, a.name, a.name, _vals(a))
         tb, xb = _pair(torch, b.name, b.name, _vals(b))
-        r = _both(lambda: torch.where(ta > 2, ta, tb),
-                  lambda: tp.where(tp.tensor(np.asarray(ta > 2)), xa, xb))
+        r = _both(
+            lambda: torch.where(ta > 2, ta, tb),
+            lambda: tp.where(tp.tensor(np.asarray(ta > 2)), xa, xb),
+        )
         if r[0] != r[1]:
             bad.append((a.name, b.name, r))
     assert not bad, bad
 
 
-REDUCTIONS = [r for r in ROWS if r.kind == "reduction" and not r.name.endswith("_dim")] + \
-    [r for r in ROWS if r.name in ("cumsum", "cumprod", "softmax", "log_softmax")]
+REDUCTIONS = [r for r in ROWS if r.kind == "reduction" and not r.name.endswith("_dim")] + [
+    r for r in ROWS if r.name in ("cumsum", "cumprod", "softmax", "log_softmax")
+]
 
 
 @pytest.mark.parametrize("row", REDUCTIONS, ids=[r.name for r in REDUCTIONS])

@@ -115,8 +115,11 @@ def test_view_errors():
 def test_basic_indexing_is_a_view_matching_numpy(data):
     shape = data.draw(array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5))
     arr = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
-    idx = data.draw(basic_indices(shape, allow_newaxis=True, allow_ellipsis=True)
-                    .filter(lambda i: not _has_negative_step(i)))
+    idx = data.draw(
+        basic_indices(shape, allow_newaxis=True, allow_ellipsis=True).filter(
+            lambda i: not _has_negative_step(i)
+        )
+    )
     x = tp.tensor(arr)
     v = x[idx]
     np.testing.assert_array_equal(np.asarray(v), arr[idx])
@@ -147,8 +150,10 @@ def test_advanced_indexing_copies_matching_numpy(data):
         np_idx = ints_arr
         tp_idx = tp.tensor(ints_arr) if kind in ("tensor", "mixed") else ints
         if kind == "mixed" and len(shape) > 1:
-            np_idx, tp_idx = (slice(None), ints_arr % shape[1]), (slice(None),
-                                                                  tp.tensor(ints_arr % shape[1]))
+            np_idx, tp_idx = (
+                (slice(None), ints_arr % shape[1]),
+                (slice(None), tp.tensor(ints_arr % shape[1])),
+            )
     x = tp.tensor(arr)
     got = x[tp_idx]
     want = arr[np_idx]
@@ -203,8 +208,11 @@ def test_bad_broadcast_names_op_and_shapes(row):
     a, b = tp.ones(2, 3, dtype=tp.int64), tp.ones(4, dtype=tp.int64)
     if "i" not in row.allow:
         a, b = a.float(), b.float()
-    with pytest.raises(RuntimeError, match=rf"{row.name}\(\): shapes \(2, 3\) and \(4,\) cannot "
-                                           "broadcast"):
+    with pytest.raises(
+        RuntimeError,
+        match=rf"{row.name}\(\): shapes \(2, 3\) and \(4,\) cannot "
+        "broadcast",
+    ):
         row.fn(a, b)
 
 
@@ -215,9 +223,12 @@ def test_bad_broadcast_three_inputs():
         tp.clamp(tp.ones(2, 3), tp.ones(4), None)
 
 
-MULTI_INPUT = [r for r in ROWS if r.kind != "view" and (r.n_inputs in ("seq", "star") or
-                                                        (isinstance(r.n_inputs, int)
-                                                         and r.n_inputs >= 2))]
+MULTI_INPUT = [
+    r
+    for r in ROWS
+    if r.kind != "view"
+    and (r.n_inputs in ("seq", "star") or (isinstance(r.n_inputs, int) and r.n_inputs >= 2))
+]
 
 
 @pytest.mark.parametrize("row", MULTI_INPUT, ids=[r.name for r in MULTI_INPUT])
@@ -253,8 +264,12 @@ def _readonly(shape=(2, 3)):
 def test_inplace_on_readonly_numpy_raises(row):
     for s in samples(row, tp.float32) + samples(row, tp.int64):
         x = s.args[0]
-        if not isinstance(x, tp.Tensor) or x.dim() == 0 or 0 in x.shape or \
-                any(st_ == 0 for st_ in x.stride()):
+        if (
+            not isinstance(x, tp.Tensor)
+            or x.dim() == 0
+            or 0 in x.shape
+            or any(st_ == 0 for st_ in x.stride())
+        ):
             continue
         try:
             want = row.fn(*s.args, **s.kwargs)
@@ -273,15 +288,23 @@ def test_inplace_on_readonly_numpy_raises(row):
 
 
 def test_composite_writes_on_readonly_raise():
-    for write in (lambda t: t.fill_(1.0), lambda t: t.zero_(), lambda t: t.copy_(tp.zeros(2, 3)),
-                  lambda t: t.__setitem__(0, 2.0), lambda t: t.__setitem__([0], 2.0),
-                  lambda t: t.__iadd__(1)):
+    for write in (
+        lambda t: t.fill_(1.0),
+        lambda t: t.zero_(),
+        lambda t: t.copy_(tp.zeros(2, 3)),
+        lambda t: t.__setitem__(0, 2.0),
+        lambda t: t.__setitem__([0], 2.0),
+        lambda t: t.__iadd__(1),
+    ):
         with pytest.raises(RuntimeError, match="read-only"):
             write(_readonly())
 
 
-DIM_ROWS = [r for r in ROWS if any(p.strip().split("=")[0] in ("dim", "dim0", "start_dim")
-                                   for p in r.params.split(","))]
+DIM_ROWS = [
+    r
+    for r in ROWS
+    if any(p.strip().split("=")[0] in ("dim", "dim0", "start_dim") for p in r.params.split(","))
+]
 
 
 @pytest.mark.parametrize("row", DIM_ROWS, ids=[r.name for r in DIM_ROWS])
@@ -310,17 +333,17 @@ def test_factory_integer_overflow_raises():
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
         tp.tensor([300], dtype=tp.uint8)
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
-        tp.full((2,), 2 ** 40, dtype=tp.int32)
+        tp.full((2,), 2**40, dtype=tp.int32)
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
-        tp.tensor([2 ** 70])
+        tp.tensor([2**70])
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
-        tp.tensor(2 ** 64)
+        tp.tensor(2**64)
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
         tp.tensor([-1], dtype=tp.uint8)
     with pytest.raises(RuntimeError, match="overflow|Overflow"):
         tp.arange(0, 300, 100, dtype=tp.int8)
     assert tp.tensor([255], dtype=tp.uint8).tolist() == [255]
-    assert tp.full((1,), 2 ** 31 - 1, dtype=tp.int32).tolist() == [2 ** 31 - 1]
+    assert tp.full((1,), 2**31 - 1, dtype=tp.int32).tolist() == [2**31 - 1]
 
 
 def test_wrong_types_raise_type_error():

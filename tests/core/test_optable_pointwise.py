@@ -9,16 +9,28 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays, array_shapes, mutually_broadcastable_shapes
+from hypothesis.extra.numpy import array_shapes, arrays, mutually_broadcastable_shapes
 from optable_samples import DTYPES, REF, allowed, assert_close, to_ref
 
 import tensorplay as tp
 from tensorplay._optable import ROWS
 
-UNARY = [r for r in ROWS if r.kind == "pointwise" and r.n_inputs == 1 and r.name in REF
-         and r.name not in ("cumsum", "cumprod", "softmax", "log_softmax")]
-BINARY = [r for r in ROWS if r.kind == "pointwise" and r.n_inputs == 2 and r.name in REF
-          and r.name not in ("matmul", "mm", "bmm", "dot", "outer")]
+UNARY = [
+    r
+    for r in ROWS
+    if r.kind == "pointwise"
+    and r.n_inputs == 1
+    and r.name in REF
+    and r.name not in ("cumsum", "cumprod", "softmax", "log_softmax")
+]
+BINARY = [
+    r
+    for r in ROWS
+    if r.kind == "pointwise"
+    and r.n_inputs == 2
+    and r.name in REF
+    and r.name not in ("matmul", "mm", "bmm", "dot", "outer")
+]
 # second operands that must stay away from zero / negative integers (errors, tested below)
 _NONZERO = {"div", "floor_divide", "remainder"}
 
@@ -68,9 +80,12 @@ def _check(row, args, kwargs=None):
     except (TypeError, RuntimeError) as e:
         dts = [a.dtype for a in args if isinstance(a, tp.Tensor)]
         promoted = tp.result_type(*args) if len(args) == 2 else dts[0]
-        assert not allowed(row, promoted) or "not supported" in str(e) or \
-            "bool" in str(e).lower() or (row.promote == "same" and len(set(dts)) > 1), \
-            f"{row.name}{tuple(dts)} raised {e!r}"
+        assert (
+            not allowed(row, promoted)
+            or "not supported" in str(e)
+            or "bool" in str(e).lower()
+            or (row.promote == "same" and len(set(dts)) > 1)
+        ), f"{row.name}{tuple(dts)} raised {e!r}"
         return
     if len(args) == 2:
         # torch casts both operands to the promoted dtype before computing (uint8 >= int8 0-d -1
@@ -98,8 +113,10 @@ def test_unary_property(row, data):
 def test_binary_property(row, data):
     da = data.draw(st.sampled_from(DTYPES), label="dtype a")
     db = data.draw(st.sampled_from(DTYPES), label="dtype b")
-    shapes = data.draw(mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3,
-                                                     max_side=4), label="shapes")
+    shapes = data.draw(
+        mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=3, max_side=4),
+        label="shapes",
+    )
     sa, sb = shapes.input_shapes
     a = _tensor(data, da, sa)
     b = _tensor(data, db, sb, nonzero=row.name in _NONZERO, exponent=row.name == "pow")
@@ -128,9 +145,12 @@ def test_floor_divide_and_remainder_use_python_floor_semantics():
 
 
 def test_integer_division_by_zero_raises():
-    for fn in (tp.floor_divide, tp.remainder,
-               lambda a, b: tp.div(a, b, rounding_mode="trunc"),
-               lambda a, b: tp.div(a, b, rounding_mode="floor")):
+    for fn in (
+        tp.floor_divide,
+        tp.remainder,
+        lambda a, b: tp.div(a, b, rounding_mode="trunc"),
+        lambda a, b: tp.div(a, b, rounding_mode="floor"),
+    ):
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             fn(tp.tensor([1, 2]), tp.tensor([1, 0]))
     # true division of integers is float division: inf/nan, no error
@@ -161,7 +181,7 @@ def test_gelu_reference():
     xs = [-3.0, -1.0, -0.5, 0.0, 0.5, 1.0, 3.0]
     exact = [0.5 * x * (1 + math.erf(x / math.sqrt(2))) for x in xs]
     c = math.sqrt(2 / math.pi)
-    approx = [0.5 * x * (1 + math.tanh(c * (x + 0.044715 * x ** 3))) for x in xs]
+    approx = [0.5 * x * (1 + math.tanh(c * (x + 0.044715 * x**3))) for x in xs]
     x = tp.tensor(xs, dtype=tp.float64)
     np.testing.assert_allclose(tp.gelu(x).numpy(), exact, rtol=1e-12)
     np.testing.assert_allclose(tp.gelu(x, approximate="tanh").numpy(), approx, rtol=1e-12)
@@ -178,9 +198,11 @@ def test_sigmoid_softplus_do_not_overflow():
     sp = [v if v > 20 else math.log1p(math.exp(v)) for v in x.tolist()]
     np.testing.assert_allclose(tp.softplus(x).numpy(), sp, rtol=1e-12)
     # beta/threshold: linear above threshold / beta
-    np.testing.assert_allclose(tp.softplus(tp.tensor([0.4, 1.0], dtype=tp.float64), beta=2.0,
-                                           threshold=1.0).numpy(),
-                               [math.log1p(math.exp(0.8)) / 2, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(
+        tp.softplus(tp.tensor([0.4, 1.0], dtype=tp.float64), beta=2.0, threshold=1.0).numpy(),
+        [math.log1p(math.exp(0.8)) / 2, 1.0],
+        rtol=1e-12,
+    )
 
 
 def test_pow_integer_negative_exponent_raises():
@@ -200,7 +222,7 @@ def test_operators_and_reflected_scalars():
     x = tp.tensor([1.0, 2.0, 4.0])
     assert (2 - x).tolist() == [1.0, 0.0, -2.0]
     assert (8 / x).tolist() == [8.0, 4.0, 2.0]
-    assert (2 ** x).tolist() == [2.0, 4.0, 16.0]
+    assert (2**x).tolist() == [2.0, 4.0, 16.0]
     assert (-x).tolist() == [-1.0, -2.0, -4.0]
     assert abs(tp.tensor([-1, 2])).tolist() == [1, 2]
     assert (~tp.tensor([True, False])).tolist() == [False, True]
@@ -221,8 +243,9 @@ def test_clamp_requires_a_bound_and_accepts_one():
 def test_round_half_to_even_and_decimals():
     x = tp.tensor([0.5, 1.5, 2.5, -0.5, 1.25, 2.35])
     assert tp.round(x).tolist() == [0.0, 2.0, 2.0, -0.0, 1.0, 2.0]
-    np.testing.assert_allclose(tp.round(x, decimals=1).numpy(), [0.5, 1.5, 2.5, -0.5, 1.2, 2.4],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        tp.round(x, decimals=1).numpy(), [0.5, 1.5, 2.5, -0.5, 1.2, 2.4], rtol=1e-6
+    )
 
 
 def test_bool_arithmetic_that_torch_refuses():
@@ -234,7 +257,7 @@ def test_bool_arithmetic_that_torch_refuses():
     with pytest.raises(RuntimeError, match="bool"):
         tp.tensor([1, 2]) - True
     with pytest.raises(NotImplementedError):
-        -t
+        _ = -t
     with pytest.raises(NotImplementedError):
         tp.abs(t)
     assert tp.square(t).tolist() == [1, 0] and tp.square(t).dtype is tp.int64

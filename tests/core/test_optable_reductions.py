@@ -16,13 +16,23 @@ import tensorplay as tp
 from tensorplay._optable import ROWS
 
 REDUCTIONS = [r for r in ROWS if r.kind == "reduction"]
-_DTYPES = [tp.bool, tp.uint8, tp.int32, tp.int64, tp.float16, tp.bfloat16, tp.float32, tp.float64,
-           tp.complex64]
+_DTYPES = [
+    tp.bool,
+    tp.uint8,
+    tp.int32,
+    tp.int64,
+    tp.float16,
+    tp.bfloat16,
+    tp.float32,
+    tp.float64,
+    tp.complex64,
+]
 _EXTRA = {
     "var": st.sampled_from([{}, {"unbiased": False}, {"correction": 0}, {"correction": 2}]),
     "std": st.sampled_from([{}, {"unbiased": False}, {"correction": 3}]),
-    "norm": st.sampled_from([{}, {"p": 1}, {"p": 2}, {"p": 3}, {"p": 0.5}, {"p": 0},
-                             {"p": math.inf}, {"p": -math.inf}]),
+    "norm": st.sampled_from(
+        [{}, {"p": 1}, {"p": 2}, {"p": 3}, {"p": 0.5}, {"p": 0}, {"p": math.inf}, {"p": -math.inf}]
+    ),
     "sum": st.sampled_from([{}, {"dtype": tp.float64}]),
 }
 

@@ -73,14 +73,23 @@ def torch():
 @pytest.mark.parametrize("name,dtype", [(n, d) for n, (_, dts) in CASES.items() for d in dts])
 def test_repr_matches_torch(torch, name, dtype):
     data = CASES[name][0]
-    assert_same_repr(tp.tensor(data, dtype=getattr(tp, dtype)),
-                     torch.tensor(data, dtype=getattr(torch, dtype)))
+    assert_same_repr(
+        tp.tensor(data, dtype=getattr(tp, dtype)), torch.tensor(data, dtype=getattr(torch, dtype))
+    )
 
 
-@pytest.mark.parametrize("name,dtype", [
-    (n, d) for n in BIG
-    for d in (("complex64", "complex128") if np.iscomplexobj(BIG[n]) else
-              ("float32", "float64", "int64", "int32", "bfloat16", "complex64"))])
+@pytest.mark.parametrize(
+    "name,dtype",
+    [
+        (n, d)
+        for n in BIG
+        for d in (
+            ("complex64", "complex128")
+            if np.iscomplexobj(BIG[n])
+            else ("float32", "float64", "int64", "int32", "bfloat16", "complex64")
+        )
+    ],
+)
 def test_summarized_repr_matches_torch(torch, name, dtype):
     arr = BIG[name]
     x = torch.from_numpy(arr).to(getattr(torch, dtype))
@@ -91,18 +100,24 @@ def test_summarized_repr_matches_torch(torch, name, dtype):
 def test_special_reprs_match_torch(torch):
     pairs = [
         (tp.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)),
-        (tp.tensor(1.5, dtype=tp.float64, requires_grad=True),
-         torch.tensor(1.5, dtype=torch.float64, requires_grad=True)),
-        (tp.arange(30.0).reshape(1, 30).to(tp.float64).requires_grad_(),
-         torch.arange(30.0).reshape(1, 30).to(torch.float64).requires_grad_()),
+        (
+            tp.tensor(1.5, dtype=tp.float64, requires_grad=True),
+            torch.tensor(1.5, dtype=torch.float64, requires_grad=True),
+        ),
+        (
+            tp.arange(30.0).reshape(1, 30).to(tp.float64).requires_grad_(),
+            torch.arange(30.0).reshape(1, 30).to(torch.float64).requires_grad_(),
+        ),
         (tp.empty(0), torch.empty(0)),
         (tp.empty(2, 0), torch.empty(2, 0)),
         (tp.empty(0, dtype=tp.int32), torch.empty(0, dtype=torch.int32)),
         (tp.empty(0, 3, dtype=tp.int64), torch.empty(0, 3, dtype=torch.int64)),
         (tp.empty(0, dtype=tp.bool), torch.empty(0, dtype=torch.bool)),
         (tp.empty(2, 3, device="meta"), torch.empty(2, 3, device="meta")),
-        (tp.empty(2, 3, device="meta", dtype=tp.int64),
-         torch.empty(2, 3, device="meta", dtype=torch.int64)),
+        (
+            tp.empty(2, 3, device="meta", dtype=tp.int64),
+            torch.empty(2, 3, device="meta", dtype=torch.int64),
+        ),
         (tp.arange(6).reshape(2, 3).t(), torch.arange(6).reshape(2, 3).t()),  # non-contiguous
     ]
     for t, x in pairs:
@@ -118,8 +133,10 @@ def test_default_dtype_changes_which_suffix_is_hidden(torch):
             for dt in ("float32", "float64", "complex64", "complex128"):
                 if isinstance(data[0], complex) and not dt.startswith("complex"):
                     continue
-                assert_same_repr(tp.tensor(data, dtype=getattr(tp, dt)),
-                                 torch.tensor(data, dtype=getattr(torch, dt)))
+                assert_same_repr(
+                    tp.tensor(data, dtype=getattr(tp, dt)),
+                    torch.tensor(data, dtype=getattr(torch, dt)),
+                )
     finally:
         tp.set_default_dtype(old_tp)
         torch.set_default_dtype(old_torch)
@@ -129,31 +146,42 @@ def test_cuda_repr_matches_torch(torch):
     if not tp.cuda.is_available() or not torch.cuda.is_available():
         pytest.skip("CUDA not available")
     assert_same_repr(tp.tensor([1.5, 2.0], device="cuda"), torch.tensor([1.5, 2.0], device="cuda"))
-    assert_same_repr(tp.tensor([1, 2], dtype=tp.int32, device="cuda"),
-                     torch.tensor([1, 2], dtype=torch.int32, device="cuda"))
+    assert_same_repr(
+        tp.tensor([1, 2], dtype=tp.int32, device="cuda"),
+        torch.tensor([1, 2], dtype=torch.int32, device="cuda"),
+    )
 
 
 # ---- torch-free: literal strings -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make,expected", [
-    (lambda: tp.tensor([1.5, 2.25, 3.125678]), "tensor([1.5000, 2.2500, 3.1257])"),
-    (lambda: tp.tensor([1e10, 2.0, 3.0]), "tensor([1.0000e+10, 2.0000e+00, 3.0000e+00])"),
-    (lambda: tp.tensor([NAN, INF, 1.0]), "tensor([nan, inf, 1.])"),
-    (lambda: tp.arange(2000), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])"),
-    (lambda: tp.tensor([[1, 2], [3, 4]], dtype=tp.int32),
-     "tensor([[1, 2],\n        [3, 4]], dtype=tensorplay.int32)"),
-    (lambda: tp.tensor([1 + 2j, -3.5 - 1j]), "tensor([ 1.0000+2.j, -3.5000-1.j])"),
-    (lambda: tp.tensor(2.5, dtype=tp.float64), "tensor(2.5000, dtype=tensorplay.float64)"),
-    (lambda: tp.zeros(2, 0, dtype=tp.int64), "tensor([], size=(2, 0), dtype=tensorplay.int64)"),
-    (lambda: tp.ones(2, requires_grad=True), "tensor([1., 1.], requires_grad=True)"),
-    (lambda: tp.tensor([0.1, 0.25], dtype=tp.bfloat16),
-     "tensor([0.1001, 0.2500], dtype=tensorplay.bfloat16)"),
-    (lambda: tp.tensor([True, False]), "tensor([ True, False])"),
-    (lambda: tp.arange(8.0).reshape(2, 2, 2),
-     "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n         [6., 7.]]])"),
-    (lambda: tp.empty(2, 3, device="meta"), "tensor(..., device='meta', size=(2, 3))"),
-])
+@pytest.mark.parametrize(
+    "make,expected",
+    [
+        (lambda: tp.tensor([1.5, 2.25, 3.125678]), "tensor([1.5000, 2.2500, 3.1257])"),
+        (lambda: tp.tensor([1e10, 2.0, 3.0]), "tensor([1.0000e+10, 2.0000e+00, 3.0000e+00])"),
+        (lambda: tp.tensor([NAN, INF, 1.0]), "tensor([nan, inf, 1.])"),
+        (lambda: tp.arange(2000), "tensor([   0,    1,    2,  ..., 1997, 1998, 1999])"),
+        (
+            lambda: tp.tensor([[1, 2], [3, 4]], dtype=tp.int32),
+            "tensor([[1, 2],\n        [3, 4]], dtype=tensorplay.int32)",
+        ),
+        (lambda: tp.tensor([1 + 2j, -3.5 - 1j]), "tensor([ 1.0000+2.j, -3.5000-1.j])"),
+        (lambda: tp.tensor(2.5, dtype=tp.float64), "tensor(2.5000, dtype=tensorplay.float64)"),
+        (lambda: tp.zeros(2, 0, dtype=tp.int64), "tensor([], size=(2, 0), dtype=tensorplay.int64)"),
+        (lambda: tp.ones(2, requires_grad=True), "tensor([1., 1.], requires_grad=True)"),
+        (
+            lambda: tp.tensor([0.1, 0.25], dtype=tp.bfloat16),
+            "tensor([0.1001, 0.2500], dtype=tensorplay.bfloat16)",
+        ),
+        (lambda: tp.tensor([True, False]), "tensor([ True, False])"),
+        (
+            lambda: tp.arange(8.0).reshape(2, 2, 2),
+            "tensor([[[0., 1.],\n         [2., 3.]],\n\n        [[4., 5.],\n         [6., 7.]]])",
+        ),
+        (lambda: tp.empty(2, 3, device="meta"), "tensor(..., device='meta', size=(2, 3))"),
+    ],
+)
 def test_literal_reprs(make, expected):
     assert repr(make()) == expected
 
@@ -162,6 +190,7 @@ def test_long_suffix_moves_to_its_own_line():
     # torch's rule: a suffix that would pass column 80 starts a new line
     assert repr(tp.zeros(30, dtype=tp.float64)) == (
         "tensor([0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., 0., "
-        "0., 0., 0., 0., 0., 0.,\n        0., 0., 0., 0., 0., 0.], dtype=tensorplay.float64)")
+        "0., 0., 0., 0., 0., 0.,\n        0., 0., 0., 0., 0., 0.], dtype=tensorplay.float64)"
+    )
     r = repr(tp.tensor([i % 3 == 0 for i in range(30)], dtype=tp.float64))
     assert r.endswith("1., 0., 0.],\n       dtype=tensorplay.float64)")

@@ -14,8 +14,11 @@ from tensorplay._storage import ALIGNMENT
 @pytest.mark.parametrize("n", [0, 1, 3, 10, 16, 100, 129, 1000, 100_000])
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int8, tp.bfloat16, tp.complex64])
 def test_fresh_cpu_storage_is_64_byte_aligned(n, dtype):
-    for make in (lambda: tp.empty(n, dtype=dtype), lambda: tp.zeros(n, dtype=dtype) + 1,
-                 lambda: tp.ones(n, dtype=dtype).clone()):
+    for make in (
+        lambda: tp.empty(n, dtype=dtype),
+        lambda: tp.zeros(n, dtype=dtype) + 1,
+        lambda: tp.ones(n, dtype=dtype).clone(),
+    ):
         t = make()
         assert t.untyped_storage().data_ptr() % ALIGNMENT == 0
         assert t.data_ptr() % ALIGNMENT == 0

@@ -10,34 +10,95 @@ from pkgutil import extend_path
 # Other distributions (tensorplay-library, -compile, ...) add subpackages to this package.
 __path__ = extend_path(__path__, __name__)
 
-from tensorplay._version import __version__  # noqa: E402
-from tensorplay import _dtype  # noqa: E402
+from tensorplay import (
+    _dtype,  # noqa: E402
+    _optable,  # noqa: E402
+    cuda,  # noqa: E402
+)
+from tensorplay._bind import allclose, equal, max, min  # noqa: E402
+from tensorplay._device import device  # noqa: E402
+from tensorplay._dlpack import from_dlpack  # noqa: E402
 from tensorplay._dtype import (  # noqa: E402
-    bfloat16, bool, complex64, complex128, dtype, float16, float32, float64, int8, int16,
-    int32, int64, uint8, get_default_dtype, set_default_dtype, promote_types,
+    bfloat16,
+    bool,
+    complex64,
+    complex128,
+    dtype,
+    float16,
+    float32,
+    float64,
+    get_default_dtype,
+    int8,
+    int16,
+    int32,
+    int64,
+    promote_types,
+    set_default_dtype,
+    uint8,
+)
+from tensorplay._dtype import (
+    complex64 as cfloat,
+)
+from tensorplay._dtype import (
+    complex128 as cdouble,
 )
 from tensorplay._dtype import (  # noqa: E402 - torch aliases
-    float16 as half, float32 as float, float64 as double, int64 as long, int32 as int,
-    int16 as short, complex64 as cfloat, complex128 as cdouble,
+    float16 as half,
 )
-from tensorplay._device import device  # noqa: E402
-from tensorplay._tensor import Tensor, Size  # noqa: E402
-from tensorplay._storage import UntypedStorage  # noqa: E402
+from tensorplay._dtype import (
+    float32 as float,
+)
+from tensorplay._dtype import (
+    float64 as double,
+)
+from tensorplay._dtype import (
+    int16 as short,
+)
+from tensorplay._dtype import (
+    int32 as int,
+)
+from tensorplay._dtype import (
+    int64 as long,
+)
 from tensorplay._factories import (  # noqa: E402
-    Generator, arange, as_tensor, empty, empty_like, eye, from_numpy, full, full_like,
-    initial_seed, linspace, manual_seed, ones, ones_like, rand, rand_like, randint,
-    randint_like, randn, randn_like, randperm, seed, tensor, zeros, zeros_like,
+    Generator,
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    initial_seed,
+    linspace,
+    manual_seed,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randint_like,
+    randn,
+    randn_like,
+    randperm,
+    seed,
+    tensor,
+    zeros,
+    zeros_like,
 )
-from tensorplay import _optable  # noqa: E402
-from tensorplay._bind import allclose, equal, max, min  # noqa: E402
-from tensorplay._dlpack import from_dlpack  # noqa: E402
 from tensorplay._meta import broadcast_shapes  # noqa: E402
-from tensorplay import cuda  # noqa: E402
+from tensorplay._storage import UntypedStorage  # noqa: E402
+from tensorplay._tensor import Size, Tensor  # noqa: E402
+from tensorplay._version import __version__  # noqa: E402
 
 # Every public op-table row is ``tp.<name>`` (one definition per op: _optable.py); the
 # function is generated on first access, by the module ``__getattr__`` below.
-_PUBLIC_OPS = {row.name: row for row in _optable.ROWS
-               if not row.name.endswith("_dim") and row.name != "contiguous_copy"}
+_PUBLIC_OPS = {
+    row.name: row
+    for row in _optable.ROWS
+    if not row.name.endswith("_dim") and row.name != "contiguous_copy"
+}
 
 
 def is_tensor(obj) -> bool:
@@ -63,9 +124,13 @@ def can_cast(from_: dtype, to: dtype) -> bool:  # noqa: A002
     return _dtype.can_cast(from_, to)
 
 
-_LAZY = {"library": "tensorplay-library", "compile": "tensorplay-compile",
-         "compiler": "tensorplay-compile", "graph": "tensorplay-compile",
-         "kernels": "tensorplay-kernels"}
+_LAZY = {
+    "library": "tensorplay-library",
+    "compile": "tensorplay-compile",
+    "compiler": "tensorplay-compile",
+    "graph": "tensorplay-compile",
+    "kernels": "tensorplay-kernels",
+}
 
 
 def __getattr__(name: str):
@@ -81,9 +146,11 @@ def __getattr__(name: str):
         try:
             mod = importlib.import_module(f"tensorplay.{mod_name}")
         except ImportError as e:
-            raise ImportError(f"tensorplay.{name} needs the {_LAZY[name]} distribution: "
-                              f"pip install ./packages/{_LAZY[name]} ({e})") from e
-        return getattr(mod, "compile") if name == "compile" else mod
+            raise ImportError(
+                f"tensorplay.{name} needs the {_LAZY[name]} distribution: "
+                f"pip install ./packages/{_LAZY[name]} ({e})"
+            ) from e
+        return mod.compile if name == "compile" else mod
     raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")
 
 

@@ -73,8 +73,13 @@ def _safe(probe, *args) -> str:
 def _import_in_subprocess(module: str) -> str | None:
     """None if ``import module`` works in a fresh interpreter, else why not."""
     try:
-        r = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
-                           text=True, timeout=_IMPORT_TIMEOUT, env=os.environ.copy())
+        r = subprocess.run(
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            timeout=_IMPORT_TIMEOUT,
+            env=os.environ.copy(),
+        )
     except subprocess.TimeoutExpired:
         return f"import {module} timed out after {_IMPORT_TIMEOUT}s"
     if r.returncode == 0:
@@ -82,7 +87,7 @@ def _import_in_subprocess(module: str) -> str | None:
     return _last_line(r.stderr) or f"import {module} exited with status {r.returncode}"
 
 
-# ---- probes ---------------------------------------------------------------------------------------
+# ---- probes --------------------------------------------------------------------------------------
 
 
 def probe_package(module: str, dists: tuple, check_import: bool) -> str:
@@ -115,14 +120,17 @@ def probe_cuda() -> str:
         name = rt.getDeviceProperties(i)["name"]
         names.append(name.decode() if isinstance(name, bytes) else str(name))
     v = rt.runtimeGetVersion()
-    return (f"available (CuPy {cupy.__version__}, CUDA runtime {v // 1000}.{v % 1000 // 10}, "
-            f"{n} device{'s' if n != 1 else ''}: {', '.join(names)})")
+    return (
+        f"available (CuPy {cupy.__version__}, CUDA runtime {v // 1000}.{v % 1000 // 10}, "
+        f"{n} device{'s' if n != 1 else ''}: {', '.join(names)})"
+    )
 
 
 def _tool_version(path: str, pick=_first_line) -> str:
     try:
-        r = subprocess.run([path, "--version"], capture_output=True, text=True,
-                           timeout=_PROBE_TIMEOUT)
+        r = subprocess.run(
+            [path, "--version"], capture_output=True, text=True, timeout=_PROBE_TIMEOUT
+        )
     except subprocess.TimeoutExpired:
         return f"found at {path} but `--version` timed out after {_PROBE_TIMEOUT}s"
     except OSError as e:
@@ -152,8 +160,12 @@ def probe_nvcc() -> str:
     if path is None:
         return "not found: nvcc is not on PATH and CUDA_HOME/CUDA_PATH is not set"
     # nvcc's banner ends with "Cuda compilation tools, release 13.0, V13.0.48" and a build id
-    return _tool_version(path, pick=lambda out: next(
-        (ln.strip() for ln in out.splitlines() if "release" in ln), _last_line(out)))
+    return _tool_version(
+        path,
+        pick=lambda out: next(
+            (ln.strip() for ln in out.splitlines() if "release" in ln), _last_line(out)
+        ),
+    )
 
 
 def probe_ninja() -> str:
@@ -181,7 +193,7 @@ def probe_component(dist: str, module: str, check_import: bool) -> str:
     return f"{installed}; import {module}: " + ("ok" if why is None else f"fails: {why}")
 
 
-# ---- report ------------------------------------------------------------------------------------------
+# ---- report --------------------------------------------------------------------------------------
 
 
 def collect(check_imports: bool = True) -> dict:
@@ -193,25 +205,34 @@ def collect(check_imports: bool = True) -> dict:
 
     info = [
         ("version", tensorplay.__version__),
-        ("location", ", ".join(getattr(tensorplay, "__path__", [os.path.dirname(
-            tensorplay.__file__)]))),
+        (
+            "location",
+            ", ".join(getattr(tensorplay, "__path__", [os.path.dirname(tensorplay.__file__)])),
+        ),
         ("python", f"{platform.python_version()} ({sys.executable})"),
         ("platform", platform.platform()),
         ("numpy", _safe(version_of, "numpy")),
         ("ml_dtypes", _safe(version_of, "ml_dtypes")),
     ]
     with ThreadPoolExecutor(max_workers=8) as pool:
-        comps = [(d, pool.submit(_safe, probe_component, d, m, check_imports))
-                 for d, m in COMPONENTS]
+        comps = [
+            (d, pool.submit(_safe, probe_component, d, m, check_imports)) for d, m in COMPONENTS
+        ]
         caps = [("CUDA/CuPy", pool.submit(_safe, probe_cuda))]
-        caps += [(label, pool.submit(_safe, probe_package, mod, dists, check_imports))
-                 for label, mod, dists in PACKAGES]
-        caps += [("C/C++ compiler", pool.submit(_safe, probe_compiler)),
-                 ("nvcc", pool.submit(_safe, probe_nvcc)),
-                 ("ninja", pool.submit(_safe, probe_ninja))]
-        return {"TensorPlay": info,
-                "Components": [(k, f.result()) for k, f in comps],
-                "Capabilities": [(k, f.result()) for k, f in caps]}
+        caps += [
+            (label, pool.submit(_safe, probe_package, mod, dists, check_imports))
+            for label, mod, dists in PACKAGES
+        ]
+        caps += [
+            ("C/C++ compiler", pool.submit(_safe, probe_compiler)),
+            ("nvcc", pool.submit(_safe, probe_nvcc)),
+            ("ninja", pool.submit(_safe, probe_ninja)),
+        ]
+        return {
+            "TensorPlay": info,
+            "Components": [(k, f.result()) for k, f in comps],
+            "Capabilities": [(k, f.result()) for k, f in caps],
+        }
 
 
 def format_report(report: dict) -> str:
@@ -219,7 +240,8 @@ def format_report(report: dict) -> str:
     info = dict(report["TensorPlay"])
     lines.append(f"TensorPlay {info.pop('version')}")
     for section, rows in [("", list(info.items()))] + [
-            (s, report[s]) for s in ("Components", "Capabilities")]:
+        (s, report[s]) for s in ("Components", "Capabilities")
+    ]:
         if section:
             lines.append("")
             lines.append(f"{section}:")
@@ -230,9 +252,13 @@ def format_report(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="tensorplay", description="Print TensorPlay's versions and capabilities.")
-    parser.add_argument("--no-import-check", action="store_true",
-                        help="only look packages up; do not import them (faster)")
+        prog="tensorplay", description="Print TensorPlay's versions and capabilities."
+    )
+    parser.add_argument(
+        "--no-import-check",
+        action="store_true",
+        help="only look packages up; do not import them (faster)",
+    )
     args = parser.parse_args(argv)
     print(format_report(collect(check_imports=not args.no_import_check)))
     return 0

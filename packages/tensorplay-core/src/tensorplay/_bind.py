@@ -14,8 +14,19 @@ from tensorplay._optable import ROWS, MinMax
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor
 
 _NUMBER = (bool, int, float, complex, np.generic)
-_REFLECTED = {"__radd__", "__rsub__", "__rmul__", "__rtruediv__", "__rfloordiv__", "__rmod__",
-              "__rpow__", "__rmatmul__", "__rand__", "__ror__", "__rxor__"}
+_REFLECTED = {
+    "__radd__",
+    "__rsub__",
+    "__rmul__",
+    "__rtruediv__",
+    "__rfloordiv__",
+    "__rmod__",
+    "__rpow__",
+    "__rmatmul__",
+    "__rand__",
+    "__ror__",
+    "__rxor__",
+}
 
 
 def _operator(row, dunder):
@@ -26,10 +37,12 @@ def _operator(row, dunder):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return NotImplemented
             return inplace(self, other)
+
         op.__name__ = op.__qualname__ = dunder
         return op
     fn = row.fn
     if dunder in _REFLECTED:
+
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return NotImplemented
@@ -37,10 +50,12 @@ def _operator(row, dunder):
     elif dunder in ("__neg__", "__abs__", "__invert__"):
         op = fn
     else:
+
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return NotImplemented
             return fn(self, other)
+
     op.__name__ = op.__qualname__ = dunder
     return op
 
@@ -82,15 +97,19 @@ def _extreme(name):
             return pair.fn(input, dim)
         if dim is None:
             if isinstance(input, Tensor) and input.numel() == 0:
-                raise RuntimeError(f"{name}(): Expected reduction dim to be specified for "
-                                   "input.numel() == 0. Specify the reduction dim with the 'dim' "
-                                   "argument.")
+                raise RuntimeError(
+                    f"{name}(): Expected reduction dim to be specified for "
+                    "input.numel() == 0. Specify the reduction dim with the 'dim' "
+                    "argument."
+                )
             return full.fn(input)
         return MinMax(*dim_row.fn(input, dim, keepdim))
 
     extreme.__name__ = extreme.__qualname__ = name
-    extreme.__doc__ = (f"{name}(input) -> Tensor; {name}(input, dim, keepdim=False) -> "
-                       f"(values, indices); {name}(input, other) -> {name}imum(input, other)")
+    extreme.__doc__ = (
+        f"{name}(input) -> Tensor; {name}(input, dim, keepdim=False) -> "
+        f"(values, indices); {name}(input, other) -> {name}imum(input, other)"
+    )
     return extreme
 
 
@@ -139,7 +158,10 @@ def _parse_to(args, kwargs):
 
 
 def _to(self, *args, **kwargs):
-    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; copies only if needed."""
+    """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``.
+
+    Returns ``self`` when nothing changes (unless ``copy=True``), else a converted copy.
+    """
     dtype, device, copy = _parse_to(args, dict(kwargs))
     dt = dtype or self.dtype
     dev = canonical(device) if device is not None else self.device
@@ -178,8 +200,10 @@ def _copy_(self, src, non_blocking=False):
     from tensorplay._meta import broadcast_shapes  # noqa: PLC0415
 
     if broadcast_shapes(self._shape, src._shape, op="copy_") != self._shape:
-        raise RuntimeError(f"copy_(): source of shape {list(src._shape)} cannot be broadcast to "
-                           f"{list(self._shape)}")
+        raise RuntimeError(
+            f"copy_(): source of shape {list(src._shape)} cannot be broadcast to "
+            f"{list(self._shape)}"
+        )
     if self._data is not None and src._data is not None:
         data = src._data
         if src.device is not self.device:
@@ -194,8 +218,10 @@ def _fill_(self, value):
     check_writable("fill_", self)
     if isinstance(value, Tensor):
         if value.dim() != 0:
-            raise RuntimeError(f"fill_(): only supports 0-dimension value tensor but got tensor "
-                               f"with {value.dim()} dimensions.")
+            raise RuntimeError(
+                f"fill_(): only supports 0-dimension value tensor but got tensor "
+                f"with {value.dim()} dimensions."
+            )
         value = value.item()
     if self._data is not None:
         with np.errstate(all="ignore"):
@@ -251,8 +277,9 @@ def _install_composites():
     Tensor.contiguous = _contiguous
     Tensor.to = _to
     Tensor.cpu = lambda self: _to(self, "cpu")
-    Tensor.cuda = lambda self, device=None: _to(self, _device.device("cuda", device)
-                                               if isinstance(device, int) else device or "cuda")
+    Tensor.cuda = lambda self, device=None: _to(
+        self, _device.device("cuda", device) if isinstance(device, int) else device or "cuda"
+    )
     Tensor.copy_ = _copy_
     Tensor.fill_ = _fill_
     Tensor.zero_ = _zero_
@@ -265,9 +292,18 @@ def _install_composites():
     Tensor.equal = equal
     Tensor.type = _type
     Tensor.__pos__ = lambda self: self
-    for name, dt in [("float", D.float32), ("double", D.float64), ("half", D.float16),
-                     ("bfloat16", D.bfloat16), ("int", D.int32), ("long", D.int64),
-                     ("short", D.int16), ("bool", D.bool), ("byte", D.uint8), ("char", D.int8)]:
+    for name, dt in [
+        ("float", D.float32),
+        ("double", D.float64),
+        ("half", D.float16),
+        ("bfloat16", D.bfloat16),
+        ("int", D.int32),
+        ("long", D.int64),
+        ("short", D.int16),
+        ("bool", D.bool),
+        ("byte", D.uint8),
+        ("char", D.int8),
+    ]:
         setattr(Tensor, name, _cast(dt))
     Tensor.T = property(lambda self: self.permute(*reversed(range(self.dim()))))
     Tensor.mT = property(lambda self: self.transpose(-2, -1))

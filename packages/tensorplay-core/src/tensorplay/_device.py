@@ -40,7 +40,8 @@ class device:
 
     def __repr__(self) -> str:
         return f"device(type='{self.type}'" + (
-            f", index={self.index})" if self.index is not None else ")")
+            f", index={self.index})" if self.index is not None else ")"
+        )
 
     def __str__(self) -> str:
         return self.type if self.index is None else f"{self.type}:{self.index}"
@@ -65,7 +66,8 @@ def _parse(spec, index):
     typ, sep, rest = spec.partition(":")
     if typ not in _TYPES:
         raise RuntimeError(
-            f"device(): unknown device type {typ!r} in {spec!r}; expected one of {list(_TYPES)}")
+            f"device(): unknown device type {typ!r} in {spec!r}; expected one of {list(_TYPES)}"
+        )
     if sep:
         if index is not None:
             raise ValueError(f"device(): index given twice in device({spec!r}, {index})")
@@ -108,8 +110,10 @@ def cuda_unavailable_reason() -> str | None:
 def cupy_or_raise():
     mod, why = _cupy()
     if mod is None:
-        raise RuntimeError(f"CUDA is not available: {why}. "
-                           "Install the CUDA extra: pip install 'tensorplay-core[cuda]'")
+        raise RuntimeError(
+            f"CUDA is not available: {why}. "
+            "Install the CUDA extra: pip install 'tensorplay-core[cuda]'"
+        )
     return mod
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -57,21 +58,21 @@ class OpDef:
 
     name: str
     params: str
-    kind: str = "pointwise"             # pointwise | reduction | view | other
+    kind: str = "pointwise"  # pointwise | reduction | view | other
     kernel: Callable | None = None
     shape: Callable | None = None
     dtype: Callable = _meta.same
-    promote: str = "result_type"       # result_type | same | first | none
+    promote: str = "result_type"  # result_type | same | first | none
     n_inputs: Any = 1
-    cast: tuple | None = None          # indexes of inputs cast to the compute dtype
-    ufunc: str | None = None           # numpy/CuPy ufunc name: enables the fast path
-    allow: str = "bifc"                # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
+    cast: tuple | None = None  # indexes of inputs cast to the compute dtype
+    ufunc: str | None = None  # numpy/CuPy ufunc name: enables the fast path
+    allow: str = "bifc"  # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
     method: bool = True
     inplace: bool = False
     out: bool = False
     dunders: tuple = ()
-    multi: bool = False                # returns a tuple of tensors
-    vjp: Callable | None = None        # filled by the autograd work
+    multi: bool = False  # returns a tuple of tensors
+    vjp: Callable | None = None  # filled by the autograd work
     jvp: Callable | None = None
     doc: str = ""
     fast: dict = dataclasses.field(default_factory=dict)
@@ -108,12 +109,15 @@ def _inputs(row: OpDef, targs: tuple) -> list:
     if row.n_inputs == "seq":
         seq = targs[0]
         if isinstance(seq, Tensor) or not isinstance(seq, (list, tuple)):
-            raise TypeError(f"{row.name}(): expected a sequence of Tensors, got "
-                            f"{type(seq).__name__}")
+            raise TypeError(
+                f"{row.name}(): expected a sequence of Tensors, got {type(seq).__name__}"
+            )
         for i, t in enumerate(seq):
             if not isinstance(t, Tensor):
-                raise TypeError(f"{row.name}(): expected Tensor as element {i} in argument 0, "
-                                f"but got {type(t).__name__}")
+                raise TypeError(
+                    f"{row.name}(): expected Tensor as element {i} in argument 0, "
+                    f"but got {type(t).__name__}"
+                )
         return list(seq)
     return list(targs)
 
@@ -132,7 +136,8 @@ def _common_device(row: OpDef, items: list):
             else:
                 raise RuntimeError(
                     f"{row.name}(): expected all tensors to be on the same device, but found at "
-                    f"least two devices, {dev} and {d}")
+                    f"least two devices, {dev} and {d}"
+                )
     if dev is None:
         raise TypeError(f"{row.name}(): expected at least one Tensor argument")
     return dev
@@ -148,15 +153,19 @@ def _first_shape(items, dev):
 def _optional_input(row: OpDef, i: int) -> bool:
     """Input ``i`` defaults to None in the row's signature (``clamp(min=None)``)."""
     names = row.params.split(",")
-    return row.n_inputs not in ("seq", "star") and i < len(names) and \
-        names[i].replace(" ", "").endswith("=None")
+    return (
+        row.n_inputs not in ("seq", "star")
+        and i < len(names)
+        and names[i].replace(" ", "").endswith("=None")
+    )
 
 
 def _check_scalar(row: OpDef, x, i: int):
     if isinstance(x, (bool, int, float, complex, np.generic)):
         return
-    raise TypeError(f"{row.name}(): argument {i} must be a Tensor or a number, got "
-                    f"{type(x).__name__}")
+    raise TypeError(
+        f"{row.name}(): argument {i} must be a Tensor or a number, got {type(x).__name__}"
+    )
 
 
 def _promoted(row: OpDef, items: list, idx) -> D.dtype:
@@ -173,8 +182,10 @@ def _promoted(row: OpDef, items: list, idx) -> D.dtype:
         kinds = {d for d in dims + zeros}
         if len(kinds) > 1:
             names = " and ".join(sorted(d.name for d in kinds))
-            raise RuntimeError(f"{row.name}(): expected both inputs to have the same dtype, "
-                               f"but got {names}; convert one with .to(dtype)")
+            raise RuntimeError(
+                f"{row.name}(): expected both inputs to have the same dtype, "
+                f"but got {names}; convert one with .to(dtype)"
+            )
     return D.result_type_of(dims, zeros, scalars)
 
 
@@ -195,8 +206,9 @@ def _as_array(xp, x, dt: D.dtype, dev, via=None):
     return xp.asarray(np.array(x).astype(dt.np) if xp is np else x, dtype=dt.np)
 
 
-def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
-         inplace: Tensor | None = None):
+def call(
+    row: OpDef, targs: tuple, params: dict, out: Tensor | None = None, inplace: Tensor | None = None
+):
     """Run ``row`` on ``targs`` (tensor inputs) and ``params`` (everything else)."""
     items = _inputs(row, targs)
     for i, x in enumerate(items):
@@ -218,13 +230,22 @@ def call(row: OpDef, targs: tuple, params: dict, out: Tensor | None = None,
     else:
         xp = _device.array_module(dev)
         cast = row.cast if row.cast is not None else range(len(targs))
-        via = promoted.np if promoted in (D.float16, D.bfloat16) and cdt is not promoted \
-            else None
-        arrays = [_as_array(xp, x, cdt, dev, via) if i in cast else _raw(x, row, i)
-                  for i, x in enumerate(targs)] if row.n_inputs != "seq" else \
-            [[_as_array(xp, x, cdt, dev, via) for x in items]]
-        if inplace is not None and row.ufunc is not None and cdt is odt and \
-                inplace.dtype is odt and params == row.defaults:
+        via = promoted.np if promoted in (D.float16, D.bfloat16) and cdt is not promoted else None
+        arrays = (
+            [
+                _as_array(xp, x, cdt, dev, via) if i in cast else _raw(x, row, i)
+                for i, x in enumerate(targs)
+            ]
+            if row.n_inputs != "seq"
+            else [[_as_array(xp, x, cdt, dev, via) for x in items]]
+        )
+        if (
+            inplace is not None
+            and row.ufunc is not None
+            and cdt is odt
+            and inplace.dtype is odt
+            and params == row.defaults
+        ):
             with _quiet(xp):
                 getattr(xp, row.ufunc)(*arrays, out=inplace._data)
             inplace._bump_version()
@@ -296,22 +317,28 @@ def check_writable(name: str, t: Tensor):
     if data is not None and not getattr(data.flags, "writeable", True):  # CuPy has no flag
         raise RuntimeError(
             f"{name}(): the tensor being written is read-only (it shares memory with a "
-            "non-writable array, e.g. from tp.from_numpy of a read-only array); clone() it first")
+            "non-writable array, e.g. from tp.from_numpy of a read-only array); clone() it first"
+        )
     st = t._stride
     if st is not None and any(s == 0 and n > 1 for s, n in zip(st, t._shape)):
         raise RuntimeError(
             f"{name}(): unsupported operation: more than one element of the written-to tensor "
-            "refers to a single memory location (it is expanded); clone() it first")
+            "refers to a single memory location (it is expanded); clone() it first"
+        )
 
 
 def _check_inplace(row, t: Tensor, shape, odt):
     check_writable(row.name + "_", t)
     if shape != t._shape:
-        raise RuntimeError(f"{row.name}_(): output with shape {list(t._shape)} doesn't match the "
-                           f"broadcast shape {list(shape)}")
+        raise RuntimeError(
+            f"{row.name}_(): output with shape {list(t._shape)} doesn't match the "
+            f"broadcast shape {list(shape)}"
+        )
     if not D.can_cast(odt, t.dtype):
-        raise RuntimeError(f"{row.name}_(): result type {odt.name} can't be cast to the desired "
-                           f"output type {t.dtype.name}")
+        raise RuntimeError(
+            f"{row.name}_(): result type {odt.name} can't be cast to the desired "
+            f"output type {t.dtype.name}"
+        )
 
 
 def _write_inplace(row, t: Tensor, result: Tensor):
@@ -325,16 +352,21 @@ def _write_out(row, out: Tensor, result):
     if not isinstance(out, Tensor):
         raise TypeError(f"{row.name}(): out= must be a Tensor, got {type(out).__name__}")
     if out.device is not result.device:
-        raise RuntimeError(f"{row.name}(): out= is on {out.device} but the result is on "
-                           f"{result.device}")
+        raise RuntimeError(
+            f"{row.name}(): out= is on {out.device} but the result is on {result.device}"
+        )
     if not D.can_cast(result.dtype, out.dtype):
-        raise RuntimeError(f"{row.name}(): result type {result.dtype.name} can't be cast to the "
-                           f"desired output type {out.dtype.name}")
+        raise RuntimeError(
+            f"{row.name}(): result type {result.dtype.name} can't be cast to the "
+            f"desired output type {out.dtype.name}"
+        )
     check_writable(row.name, out)
     if out._shape != result._shape:
         if out.numel() != 0:
-            raise RuntimeError(f"{row.name}(): out= has shape {list(out._shape)} but the result "
-                               f"has shape {list(result._shape)}; pass an empty tensor to resize")
+            raise RuntimeError(
+                f"{row.name}(): out= has shape {list(out._shape)} but the result "
+                f"has shape {list(result._shape)}; pass an empty tensor to resize"
+            )
         fresh = empty_tensor(result._shape, out.dtype, out.device)
         out.set_(fresh._storage, 0, result._shape)
     if out._data is not None:
@@ -419,8 +451,24 @@ def _param_names(params: str):
 # ufuncs whose everyday inputs (log(0), 1/0, exp(100)) make numpy warn: torch stays silent,
 # so they take the general path, which runs kernels under np.errstate (~1 µs, too slow
 # for the fast path).
-_WARNS = frozenset({"true_divide", "sqrt", "log", "log2", "log10", "log1p", "arcsin", "arccos",
-                    "reciprocal", "exp", "exp2", "expm1", "sinh", "cosh"})
+_WARNS = frozenset(
+    {
+        "true_divide",
+        "sqrt",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "arcsin",
+        "arccos",
+        "reciprocal",
+        "exp",
+        "exp2",
+        "expm1",
+        "sinh",
+        "cosh",
+    }
+)
 
 
 def register(row: OpDef) -> OpDef:
@@ -463,11 +511,18 @@ def _generate(row: OpDef) -> Callable:
         if not row.out:
             body = body.replace("out is None and ", "")
     out_arg = "out" if row.out else "None"
-    src = (f"def {row.name}({sig}):\n{body}"
-           f"    return _call(_row, {targs}, {kw}, {out_arg})\n")
-    env = {"_row": row, "_call": call, "_T": Tensor, "_st": state, "_cpu": CPU,
-           "_fast": row.fast, "_fast_binary": _fast_binary, "_fast_unary": _fast_unary,
-           "_uf": getattr(np, row.ufunc) if row.ufunc else None}
+    src = f"def {row.name}({sig}):\n{body}    return _call(_row, {targs}, {kw}, {out_arg})\n"
+    env = {
+        "_row": row,
+        "_call": call,
+        "_T": Tensor,
+        "_st": state,
+        "_cpu": CPU,
+        "_fast": row.fast,
+        "_fast_binary": _fast_binary,
+        "_fast_unary": _fast_unary,
+        "_uf": getattr(np, row.ufunc) if row.ufunc else None,
+    }
     exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
     fn = env[row.name]
     fn.__doc__ = row.doc or f"tensorplay.{row.name}({sig})"

@@ -62,16 +62,25 @@ class DLDataType(ctypes.Structure):
 
 
 class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 # ``deleter`` is kept as a raw address: we store our callback's address when
 # exporting and read the producer's function pointer when importing.
 class DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p)]
+    _fields_ = [
+        ("dl_tensor", DLTensor),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+    ]
 
 
 class DLPackVersion(ctypes.Structure):
@@ -79,17 +88,29 @@ class DLPackVersion(ctypes.Structure):
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
-                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
-                ("dl_tensor", DLTensor)]
+    _fields_ = [
+        ("version", DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", DLTensor),
+    ]
 
 
 # TensorPlay dtype <-> (DLDataTypeCode, bits); lanes is always 1.
 _TO_DL = {
-    D.bool: (kDLBool, 8), D.uint8: (kDLUInt, 8), D.int8: (kDLInt, 8), D.int16: (kDLInt, 16),
-    D.int32: (kDLInt, 32), D.int64: (kDLInt, 64), D.float16: (kDLFloat, 16),
-    D.bfloat16: (kDLBfloat, 16), D.float32: (kDLFloat, 32), D.float64: (kDLFloat, 64),
-    D.complex64: (kDLComplex, 64), D.complex128: (kDLComplex, 128),
+    D.bool: (kDLBool, 8),
+    D.uint8: (kDLUInt, 8),
+    D.int8: (kDLInt, 8),
+    D.int16: (kDLInt, 16),
+    D.int32: (kDLInt, 32),
+    D.int64: (kDLInt, 64),
+    D.float16: (kDLFloat, 16),
+    D.bfloat16: (kDLBfloat, 16),
+    D.float32: (kDLFloat, 32),
+    D.float64: (kDLFloat, 64),
+    D.complex64: (kDLComplex, 64),
+    D.complex128: (kDLComplex, 128),
 }
 _FROM_DL = {v: k for k, v in _TO_DL.items()}
 
@@ -113,8 +134,10 @@ _PyCapsule_SetName = _capi("PyCapsule_SetName", ctypes.c_int, _obj, _vp)
 
 # PyCapsule stores the name pointer without copying it: these buffers must
 # outlive every capsule, so they live at module level for the whole process.
-_NAMES = {n: ctypes.create_string_buffer(n) for n in
-          (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned")}
+_NAMES = {
+    n: ctypes.create_string_buffer(n)
+    for n in (b"dltensor", b"dltensor_versioned", b"used_dltensor", b"used_dltensor_versioned")
+}
 
 # Calling a producer's deleter: PYFUNCTYPE keeps the GIL held during the call
 # (deleters written in C, numpy's and torch's included, re-enter it safely).
@@ -232,8 +255,10 @@ def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=
 
     if dl_device is not None and tuple(int(x) for x in dl_device) != src_dev:
         if tuple(int(x) for x in dl_device) != (kDLCPU, 0):
-            raise BufferError(f"__dlpack__(): cannot export a {t.device} tensor to DLPack "
-                              f"device {tuple(dl_device)}")
+            raise BufferError(
+                f"__dlpack__(): cannot export a {t.device} tensor to DLPack "
+                f"device {tuple(dl_device)}"
+            )
         if copy is False:
             raise BufferError("__dlpack__(): exporting to the CPU needs a copy, but copy=False")
         host = adopt_array(arr.get(), t.dtype, CPU)
@@ -247,8 +272,10 @@ def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=
         # Legacy capsules cannot say "read-only"; hand out a private copy instead
         # of letting the consumer write into memory that must not change.
         if copy is False:
-            raise BufferError("__dlpack__(): the tensor is read-only and the consumer asked for a "
-                              "legacy (pre-1.0) capsule, which cannot flag that; copy=False")
+            raise BufferError(
+                "__dlpack__(): the tensor is read-only and the consumer asked for a "
+                "legacy (pre-1.0) capsule, which cannot flag that; copy=False"
+            )
         fresh = adopt_array(arr, t.dtype, CPU)
         storage, arr, copied, read_only = fresh._storage, fresh._data, True, False
 
@@ -262,10 +289,17 @@ def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=
     ndim = arr.ndim
     shape = (ctypes.c_int64 * ndim)(*arr.shape)
     strides = (ctypes.c_int64 * ndim)(*(s // itemsize for s in arr.strides))
-    data_ptr = (arr.__array_interface__["data"][0] if dev is CPU else arr.data.ptr)
+    data_ptr = arr.__array_interface__["data"][0] if dev is CPU else arr.data.ptr
     code, bits = _TO_DL[t.dtype]
-    dl = DLTensor(data_ptr, DLDevice(*(src_dev if dev is not CPU else (kDLCPU, 0))), ndim,
-                  DLDataType(code, bits, 1), shape, strides, 0)
+    dl = DLTensor(
+        data_ptr,
+        DLDevice(*(src_dev if dev is not CPU else (kDLCPU, 0))),
+        ndim,
+        DLDataType(code, bits, 1),
+        shape,
+        strides,
+        0,
+    )
     if versioned:
         minor = DLPACK_VERSION[1] if tuple(max_version) >= DLPACK_VERSION else 0
         flags = (FLAG_READ_ONLY if read_only else 0) | (FLAG_IS_COPIED if copied else 0)
@@ -329,7 +363,8 @@ def _call_producer(obj, dev_type: int):
 
 def _parse_capsule(capsule):
     """``(managed_ptr, DLTensor, flags, deleter_ptr, used_name)``; raises if unusable."""
-    for name, versioned in ((b"dltensor_versioned", True), (b"dltensor", False)):
+    # ``versioned`` is read after the loop, at the name that matched
+    for name, versioned in ((b"dltensor_versioned", True), (b"dltensor", False)):  # noqa: B007
         if _PyCapsule_IsValid(id(capsule), name):
             ptr = _PyCapsule_GetPointer(id(capsule), name)
             break
@@ -341,8 +376,10 @@ def _parse_capsule(capsule):
     if versioned:
         m = DLManagedTensorVersioned.from_address(ptr)
         if m.version.major != 1:
-            raise BufferError(f"from_dlpack(): unsupported DLPack version "
-                              f"{m.version.major}.{m.version.minor} (TensorPlay reads 1.x)")
+            raise BufferError(
+                f"from_dlpack(): unsupported DLPack version "
+                f"{m.version.major}.{m.version.minor} (TensorPlay reads 1.x)"
+            )
         return ptr, m.dl_tensor, int(m.flags), m.deleter, b"used_" + name
     m = DLManagedTensor.from_address(ptr)
     return ptr, m.dl_tensor, 0, m.deleter, b"used_" + name
@@ -369,11 +406,16 @@ def _view(dl: DLTensor, dt: D.dtype, owner: _ForeignMemory, read_only: bool, dev
     lo = sum(min(0, (n - 1) * s) for n, s in zip(shape, np_strides))
     hi = sum(max(0, (n - 1) * s) for n, s in zip(shape, np_strides)) + isz
     if dev is CPU:
-        owner.__array_interface__ = {"version": 3, "shape": (hi - lo,), "typestr": "|u1",
-                                     "data": (ptr + lo, read_only)}
+        owner.__array_interface__ = {
+            "version": 3,
+            "shape": (hi - lo,),
+            "typestr": "|u1",
+            "data": (ptr + lo, read_only),
+        }
         flat = np.asarray(owner).view(dt.np)  # base chain: view -> owner
-        return np.lib.stride_tricks.as_strided(flat[-lo // isz:], shape, np_strides,
-                                               writeable=not read_only)
+        return np.lib.stride_tricks.as_strided(
+            flat[-lo // isz :], shape, np_strides, writeable=not read_only
+        )
     cp = _device.cupy_or_raise()
     mem = cp.cuda.UnownedMemory(ptr + lo, hi - lo, owner, device_id=dl.device.device_id)
     return cp.ndarray(shape, dt.np, cp.cuda.MemoryPointer(mem, -lo), strides=np_strides)
@@ -393,13 +435,17 @@ def _import_capsule(capsule, *, copy=None):
         _device.cupy_or_raise()
         dev = _device.device("cuda", int(dl.device.device_id))
     else:
-        raise BufferError(f"from_dlpack(): unsupported DLPack device type {dev_type} "
-                          "(TensorPlay reads CPU and CUDA memory)")
+        raise BufferError(
+            f"from_dlpack(): unsupported DLPack device type {dev_type} "
+            "(TensorPlay reads CPU and CUDA memory)"
+        )
     key = (dl.dtype.code, dl.dtype.bits)
     if dl.dtype.lanes != 1 or key not in _FROM_DL:
-        raise BufferError(f"from_dlpack(): unsupported DLPack dtype (code={dl.dtype.code}, "
-                          f"bits={dl.dtype.bits}, lanes={dl.dtype.lanes}); TensorPlay has "
-                          + ", ".join(d.name for d in _TO_DL))
+        raise BufferError(
+            f"from_dlpack(): unsupported DLPack dtype (code={dl.dtype.code}, "
+            f"bits={dl.dtype.bits}, lanes={dl.dtype.lanes}); TensorPlay has "
+            + ", ".join(d.name for d in _TO_DL)
+        )
     dt = _FROM_DL[key]
     if _PyCapsule_SetName(capsule, _name_ptr(used)) != 0:
         raise BufferError("from_dlpack(): could not mark the capsule as consumed")
@@ -443,8 +489,10 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
         dev_type, _ = ext_tensor.__dlpack_device__()
         out = _import_capsule(_call_producer(ext_tensor, int(dev_type)), copy=copy)
     else:
-        raise TypeError(f"from_dlpack(): expected an object with __dlpack__ and "
-                        f"__dlpack_device__ (or a DLPack capsule), got {type(ext_tensor).__name__}")
+        raise TypeError(
+            f"from_dlpack(): expected an object with __dlpack__ and "
+            f"__dlpack_device__ (or a DLPack capsule), got {type(ext_tensor).__name__}"
+        )
     if device is not None and _device.device(device) is not out.device:
         if copy is False:
             raise BufferError(f"from_dlpack(): moving to {device} needs a copy, but copy=False")

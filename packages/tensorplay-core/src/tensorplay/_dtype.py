@@ -14,9 +14,22 @@ import ml_dtypes
 import numpy as np
 
 __all__ = [
-    "dtype", "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16",
-    "float32", "float64", "complex64", "complex128", "promote_types",
-    "get_default_dtype", "set_default_dtype",
+    "dtype",
+    "bool",
+    "uint8",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "complex64",
+    "complex128",
+    "promote_types",
+    "get_default_dtype",
+    "set_default_dtype",
 ]
 
 _BOOL, _INT, _FLOAT, _COMPLEX = range(4)
@@ -25,8 +38,16 @@ _BOOL, _INT, _FLOAT, _COMPLEX = range(4)
 class dtype:
     """A TensorPlay element type (``tp.float32`` ...). Instances are singletons."""
 
-    __slots__ = ("name", "np", "itemsize", "is_floating_point", "is_complex", "is_signed",
-                 "category", "_rank")
+    __slots__ = (
+        "name",
+        "np",
+        "itemsize",
+        "is_floating_point",
+        "is_complex",
+        "is_signed",
+        "category",
+        "_rank",
+    )
 
     def __init__(self, name: str, np_dtype, category: int, rank: int):
         self.name = name
@@ -46,10 +67,10 @@ class dtype:
     def __reduce__(self):
         return (_by_name, (self.name,))
 
-    def to_complex(self) -> "dtype":
+    def to_complex(self) -> dtype:
         return {float64: complex128}.get(self, complex64) if not self.is_complex else self
 
-    def to_real(self) -> "dtype":
+    def to_real(self) -> dtype:
         return {complex128: float64, complex64: float32}.get(self, self)
 
 
@@ -66,12 +87,32 @@ float64 = dtype("float64", np.float64, _FLOAT, 3)
 complex64 = dtype("complex64", np.complex64, _COMPLEX, 2)
 complex128 = dtype("complex128", np.complex128, _COMPLEX, 3)
 
-ALL = (bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64,
-       complex64, complex128)
+ALL = (
+    bool,
+    uint8,
+    int8,
+    int16,
+    int32,
+    int64,
+    float16,
+    bfloat16,
+    float32,
+    float64,
+    complex64,
+    complex128,
+)
 _NAMES = {d.name: d for d in ALL}
 # torch aliases
-_NAMES.update(half=float16, float=float32, double=float64, long=int64, int=int32,
-              short=int16, cfloat=complex64, cdouble=complex128)
+_NAMES.update(
+    half=float16,
+    float=float32,
+    double=float64,
+    long=int64,
+    int=int32,
+    short=int16,
+    cfloat=complex64,
+    cdouble=complex128,
+)
 _FROM_NP = {d.np: d for d in ALL}
 
 
@@ -86,7 +127,8 @@ def from_numpy_dtype(np_dtype) -> dtype:
     except (KeyError, TypeError):
         raise TypeError(
             f"numpy dtype {np_dtype!r} has no TensorPlay equivalent; supported: "
-            f"{', '.join(d.name for d in ALL)}") from None
+            f"{', '.join(d.name for d in ALL)}"
+        ) from None
 
 
 def _promote_pair(a: dtype, b: dtype) -> dtype:

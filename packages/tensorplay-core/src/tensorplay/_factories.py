@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-
 import numpy as np
 
 from tensorplay import _device
@@ -13,10 +12,34 @@ from tensorplay._device import CPU, META, canonical
 from tensorplay._storage import Storage
 from tensorplay._tensor import Tensor, _new, adopt_array, contiguous_strides, empty_tensor
 
-__all__ = ["tensor", "as_tensor", "from_numpy", "empty", "zeros", "ones", "full", "arange",
-           "linspace", "eye", "empty_like", "zeros_like", "ones_like", "full_like", "rand",
-           "randn", "randint", "rand_like", "randn_like", "randint_like", "randperm",
-           "manual_seed", "seed", "initial_seed", "Generator", "default_generator"]
+__all__ = [
+    "tensor",
+    "as_tensor",
+    "from_numpy",
+    "empty",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "linspace",
+    "eye",
+    "empty_like",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "rand",
+    "randn",
+    "randint",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "randperm",
+    "manual_seed",
+    "seed",
+    "initial_seed",
+    "Generator",
+    "default_generator",
+]
 
 
 def _dtype_arg(dtype, op):
@@ -34,8 +57,9 @@ def _shape_arg(size, op) -> tuple:
             raise TypeError(f"{op}(): size must be a sequence of ints, got {size!r}")
         n = n.__index__()
         if n < 0:
-            raise RuntimeError(f"{op}(): Trying to create tensor with negative dimension {n}: "
-                               f"{list(size)}")
+            raise RuntimeError(
+                f"{op}(): Trying to create tensor with negative dimension {n}: {list(size)}"
+            )
         out.append(n)
     return tuple(out)
 
@@ -51,8 +75,9 @@ def _check_fits(values: np.ndarray, dt: D.dtype, op: str) -> None:
         lo, hi = values.min(), values.max()
         if lo < info.min or hi > info.max:
             bad = lo if lo < info.min else hi
-            raise RuntimeError(f"{op}(): value {bad!r} cannot be converted to type {dt.name} "
-                               "without overflow")
+            raise RuntimeError(
+                f"{op}(): value {bad!r} cannot be converted to type {dt.name} without overflow"
+            )
 
 
 def _infer_dtype(arr: np.ndarray, data) -> D.dtype:
@@ -83,14 +108,17 @@ def _to_numpy(data, op: str) -> np.ndarray:
         data = [_to_numpy(x, op) if isinstance(x, Tensor) else x for x in data]
     try:
         if isinstance(data, (list, tuple)) and _has_big_int(data):
-            raise RuntimeError(f"{op}(): Overflow when unpacking long: an integer does not fit in "
-                               "int64")
+            raise RuntimeError(
+                f"{op}(): Overflow when unpacking long: an integer does not fit in int64"
+            )
         arr = np.asarray(data)
     except ValueError as e:
         raise ValueError(f"{op}(): could not build a tensor from the data: {e}") from None
     if arr.dtype == object:
-        raise TypeError(f"{op}(): data must be numbers or nested sequences of numbers of "
-                        f"consistent shape, got {type(data).__name__}")
+        raise TypeError(
+            f"{op}(): data must be numbers or nested sequences of numbers of "
+            f"consistent shape, got {type(data).__name__}"
+        )
     return arr
 
 
@@ -99,7 +127,7 @@ def _has_big_int(data) -> bool:
         if isinstance(x, (list, tuple)):
             if _has_big_int(x):
                 return True
-        elif isinstance(x, int) and not isinstance(x, bool) and not -2**63 <= x < 2**63:
+        elif isinstance(x, int) and not isinstance(x, bool) and not -(2**63) <= x < 2**63:
             return True
     return False
 
@@ -107,7 +135,7 @@ def _has_big_int(data) -> bool:
 def _from_values(data, dtype, device, op) -> Tensor:
     dtype = _dtype_arg(dtype, op)
     dev = canonical(device)
-    if isinstance(data, int) and not isinstance(data, bool) and not -2**63 <= data < 2**63:
+    if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**63:
         raise RuntimeError(f"{op}(): Overflow when unpacking long: {data} does not fit in int64")
     arr = _to_numpy(data, op)
     dt = dtype or _infer_dtype(arr, data)
@@ -138,8 +166,19 @@ def tensor(data, *, dtype=None, device=None, requires_grad: bool = False) -> Ten
 def _tensor_fields(self: Tensor, data, dtype, device, requires_grad) -> None:
     # ``tp.Tensor(data)``: build as ``tensor`` would, then adopt the fields.
     src = tensor(data, dtype=dtype, device=device, requires_grad=requires_grad)
-    for name in ("_data", "_storage", "_offset", "_shape", "_stride", "dtype", "device",
-                 "requires_grad", "grad", "grad_fn", "_base"):
+    for name in (
+        "_data",
+        "_storage",
+        "_offset",
+        "_shape",
+        "_stride",
+        "dtype",
+        "device",
+        "requires_grad",
+        "grad",
+        "grad_fn",
+        "_base",
+    ):
         setattr(self, name, getattr(src, name))
 
 
@@ -170,11 +209,15 @@ def wrap_foreign(arr, dt: D.dtype, dev) -> Tensor:
     """A tensor over the memory of a numpy/CuPy array ``arr``, zero-copy."""
     isz = arr.itemsize
     if any(s < 0 for s in arr.strides):
-        raise ValueError("from_numpy(): at least one stride in the given array is negative; "
-                         "make a copy first (arr.copy())")
+        raise ValueError(
+            "from_numpy(): at least one stride in the given array is negative; "
+            "make a copy first (arr.copy())"
+        )
     if any(s % isz for s in arr.strides):
-        raise ValueError(f"from_numpy(): array strides {arr.strides} are not a multiple of the "
-                         f"element size {isz}")
+        raise ValueError(
+            f"from_numpy(): array strides {arr.strides} are not a multiple of the "
+            f"element size {isz}"
+        )
     stride = tuple(s // isz for s in arr.strides)
     span = 0 if arr.size == 0 else 1 + sum((n - 1) * s for n, s in zip(arr.shape, stride))
     if dev is CPU:
@@ -227,10 +270,17 @@ def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
 def _like(fn, name):
     def like(input: Tensor, *args, dtype=None, device=None, requires_grad=False, **kw):
         if not isinstance(input, Tensor):
-            raise TypeError(f"{name}(): argument 'input' must be Tensor, not "
-                            f"{type(input).__name__}")
-        return fn(input._shape, *args, dtype=dtype or input.dtype,
-                  device=device or input.device, requires_grad=requires_grad, **kw)
+            raise TypeError(
+                f"{name}(): argument 'input' must be Tensor, not {type(input).__name__}"
+            )
+        return fn(
+            input._shape,
+            *args,
+            dtype=dtype or input.dtype,
+            device=device or input.device,
+            requires_grad=requires_grad,
+            **kw,
+        )
 
     like.__name__ = like.__qualname__ = name
     return like
@@ -243,8 +293,10 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     if vals[2] == 0:
         raise RuntimeError("arange(): step must be nonzero")
     if (vals[1] - vals[0]) * vals[2] < 0:
-        raise RuntimeError(f"arange(): upper bound and larger bound inconsistent with step sign "
-                           f"(start={vals[0]}, end={vals[1]}, step={vals[2]})")
+        raise RuntimeError(
+            f"arange(): upper bound and larger bound inconsistent with step sign "
+            f"(start={vals[0]}, end={vals[1]}, step={vals[2]})"
+        )
     if dtype is None:
         dtype = D.int64 if all(isinstance(v, int) for v in vals) else D.get_default_dtype()
     n = max(math.ceil((vals[1] - vals[0]) / vals[2]), 0)
@@ -286,7 +338,7 @@ class Generator:
             self._state = np.random.default_rng(self._seed & (2**64 - 1))
         return self._state
 
-    def manual_seed(self, seed: int) -> "Generator":
+    def manual_seed(self, seed: int) -> Generator:
         self._seed = int(seed)
         self._state = None
         return self
@@ -335,21 +387,29 @@ def _random(shape, dt, dev, sample, generator, op):
 def rand(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Uniform samples in [0, 1)."""
     dt = dtype or D.get_default_dtype()
-    t = _random(_shape_arg(size, "rand"), dt, canonical(device),
-                lambda r, s: r.random(s), generator, "rand")
+    t = _random(
+        _shape_arg(size, "rand"), dt, canonical(device), lambda r, s: r.random(s), generator, "rand"
+    )
     return _finish(t, requires_grad)
 
 
 def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -> Tensor:
     """Standard normal samples."""
     dt = dtype or D.get_default_dtype()
-    t = _random(_shape_arg(size, "randn"), dt, canonical(device),
-                lambda r, s: r.standard_normal(s), generator, "randn")
+    t = _random(
+        _shape_arg(size, "randn"),
+        dt,
+        canonical(device),
+        lambda r, s: r.standard_normal(s),
+        generator,
+        "randn",
+    )
     return _finish(t, requires_grad)
 
 
-def randint(low, high=None, size=None, *, generator=None, dtype=None, device=None,
-            requires_grad=False) -> Tensor:
+def randint(
+    low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False
+) -> Tensor:
     """Integers uniform in [low, high)."""
     if size is None:
         if not isinstance(high, (tuple, list)):
@@ -358,8 +418,10 @@ def randint(low, high=None, size=None, *, generator=None, dtype=None, device=Non
     elif high is None:
         low, high = 0, low
     if low >= high:
-        raise RuntimeError(f"randint(): random_ expects 'from' to be less than 'to', but got "
-                           f"from={low} >= to={high}")
+        raise RuntimeError(
+            f"randint(): random_ expects 'from' to be less than 'to', but got "
+            f"from={low} >= to={high}"
+        )
     dt = dtype or D.int64
     _check_fits(np.array([low, high - 1]), dt, "randint")
 
@@ -388,8 +450,6 @@ randn_like = _like(randn, "randn_like")
 def randint_like(input: Tensor, low, high=None, *, dtype=None, device=None) -> Tensor:
     if high is None:
         low, high = 0, low
-    return randint(low, high, input._shape, dtype=dtype or input.dtype,
-                   device=device or input.device)
-
-
-
+    return randint(
+        low, high, input._shape, dtype=dtype or input.dtype, device=device or input.device
+    )

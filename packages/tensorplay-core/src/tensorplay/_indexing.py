@@ -14,8 +14,12 @@ from tensorplay._tensor import Tensor, empty_tensor, make_view
 
 
 def _is_basic(item) -> bool:
-    return item is None or item is Ellipsis or isinstance(item, slice) or (
-        isinstance(item, int) and not isinstance(item, bool))
+    return (
+        item is None
+        or item is Ellipsis
+        or isinstance(item, slice)
+        or (isinstance(item, int) and not isinstance(item, bool))
+    )
 
 
 def _normalize(index) -> tuple:
@@ -25,9 +29,14 @@ def _normalize(index) -> tuple:
 
 
 def _expand_ellipsis(index, ndim):
-    n_used = sum(1 for i in index if i is not None and i is not Ellipsis and not (
-        isinstance(i, Tensor) and i.dtype is D.bool) and not (
-        isinstance(i, np.ndarray) and i.dtype == bool))
+    n_used = sum(
+        1
+        for i in index
+        if i is not None
+        and i is not Ellipsis
+        and not (isinstance(i, Tensor) and i.dtype is D.bool)
+        and not (isinstance(i, np.ndarray) and i.dtype == bool)
+    )
     n_used += sum(i.dim() for i in index if isinstance(i, Tensor) and i.dtype is D.bool)
     ell = [k for k, i in enumerate(index) if i is Ellipsis]
     if len(ell) > 1:
@@ -37,7 +46,7 @@ def _expand_ellipsis(index, ndim):
     fill = (slice(None),) * (ndim - n_used)
     if ell:
         k = ell[0]
-        return index[:k] + fill + index[k + 1:]
+        return index[:k] + fill + index[k + 1 :]
     return index + fill
 
 
@@ -96,10 +105,12 @@ def _check_advanced_bounds(index, shape):
         if item is None:
             continue
         if hasattr(item, "dtype") and item.dtype.kind == "b":
-            if tuple(item.shape) != tuple(shape[d:d + item.ndim]):
-                raise IndexError(f"The shape of the mask {list(item.shape)} at index {d} does "
-                                 f"not match the shape of the indexed tensor "
-                                 f"{list(shape[d:d + item.ndim])}")
+            if tuple(item.shape) != tuple(shape[d : d + item.ndim]):
+                raise IndexError(
+                    f"The shape of the mask {list(item.shape)} at index {d} does "
+                    f"not match the shape of the indexed tensor "
+                    f"{list(shape[d : d + item.ndim])}"
+                )
             d += item.ndim
             continue
         if hasattr(item, "dtype") and item.size:
@@ -142,8 +153,9 @@ def setitem(t: Tensor, index, value) -> None:
         return
     if isinstance(value, Tensor):
         if value.device is not t.device and value.dim() != 0:
-            raise RuntimeError(f"__setitem__(): value is on {value.device} but the tensor is on "
-                               f"{t.device}")
+            raise RuntimeError(
+                f"__setitem__(): value is on {value.device} but the tensor is on {t.device}"
+            )
         value = value._data if value.device is t.device else value.item()
     try:
         with np.errstate(all="ignore"):

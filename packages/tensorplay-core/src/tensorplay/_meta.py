@@ -23,8 +23,10 @@ def broadcast_shapes(*shapes, op: str = "broadcast_shapes") -> tuple:
                 out[i] = n
             elif n != 1 and n != m:
                 raise RuntimeError(
-                    f"{op}(): shapes {' and '.join(str(tuple(x)) for x in shapes)} cannot broadcast "
-                    f"(size {m} vs {n} at dimension {i - ndim})")
+                    f"{op}(): shapes {' and '.join(str(tuple(x)) for x in shapes)} "
+                    "cannot broadcast "
+                    f"(size {m} vs {n} at dimension {i - ndim})"
+                )
     return tuple(out)
 
 
@@ -47,8 +49,10 @@ def wrap_dim(dim, ndim: int, op: str) -> int:
             raise TypeError(f"{op}(): dim must be an int, got {type(dim).__name__}") from None
     lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
     if not lo <= dim <= hi:
-        raise IndexError(f"{op}(): Dimension out of range (expected to be in range of "
-                         f"[{lo}, {hi}], but got {dim})")
+        raise IndexError(
+            f"{op}(): Dimension out of range (expected to be in range of "
+            f"[{lo}, {hi}], but got {dim})"
+        )
     return dim % ndim if ndim else 0
 
 
@@ -115,7 +119,8 @@ def float_only(d, params, op="op"):
     if not (d.is_floating_point or d.is_complex):
         raise RuntimeError(
             f"{op}(): could not infer output dtype. Input dtype must be either a floating point "
-            f"or complex dtype. Got: {d.name.capitalize()}")
+            f"or complex dtype. Got: {d.name.capitalize()}"
+        )
     return _half_up(d), d
 
 

@@ -48,20 +48,39 @@ def unary(name, kernel=None, *, ufunc=None, dtype=M.same, allow="bifc", **kw):
         uf = ufunc or name
         kernel = lambda xp, a: getattr(xp, uf)(a)  # noqa: E731
     kw.setdefault("inplace", True)
-    return op(name, "input", kernel=kernel, shape=_pw_shape(name), ufunc=ufunc, dtype=dtype,
-              allow=allow, out=True, **kw)
+    return op(
+        name,
+        "input",
+        kernel=kernel,
+        shape=_pw_shape(name),
+        ufunc=ufunc,
+        dtype=dtype,
+        allow=allow,
+        out=True,
+        **kw,
+    )
 
 
-def binary(name, kernel=None, *, ufunc=None, params="input, other", dtype=M.same, allow="bifc",
-           **kw):
+def binary(
+    name, kernel=None, *, ufunc=None, params="input, other", dtype=M.same, allow="bifc", **kw
+):
     """A pointwise op of two broadcast tensors/scalars (``tp.add``)."""
     if kernel is None:
         uf = ufunc or name
         kernel = lambda xp, a, b: getattr(xp, uf)(a, b)  # noqa: E731
     kw.setdefault("inplace", True)
     kw.setdefault("shape", _pw_shape(name))
-    return op(name, params, kernel=kernel, ufunc=ufunc, dtype=dtype, allow=allow, out=True,
-              n_inputs=2, **kw)
+    return op(
+        name,
+        params,
+        kernel=kernel,
+        ufunc=ufunc,
+        dtype=dtype,
+        allow=allow,
+        out=True,
+        n_inputs=2,
+        **kw,
+    )
 
 
 def _no_int_zero_division(xp, b, op_name):
@@ -94,16 +113,20 @@ def _div(xp, a, b, rounding_mode=None):
         return xp.trunc(a / b)
     if rounding_mode == "floor":
         return xp.floor_divide(a, b)
-    raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
-                     f"'{rounding_mode}'")
+    raise ValueError(
+        f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+        f"'{rounding_mode}'"
+    )
 
 
 def _div_dtype(d, params):
     if params.get("rounding_mode") is None:
         return M.to_float(d, params)
     if d.is_complex:  # torch: "div_trunc_cpu" / "div_floor_cpu" not implemented for complex
-        raise RuntimeError(f"div(): rounding_mode={params['rounding_mode']!r} is not supported "
-                           f"for complex inputs ({d})")
+        raise RuntimeError(
+            f"div(): rounding_mode={params['rounding_mode']!r} is not supported "
+            f"for complex inputs ({d})"
+        )
     return M.same(d, params)
 
 
@@ -123,13 +146,23 @@ def _pow(xp, a, b):
     return xp.power(a, b)
 
 
-binary("add", _add, params="input, other, *, alpha=1", ufunc="add", dunders=("__add__", "__radd__", "__iadd__"))
+binary(
+    "add",
+    _add,
+    params="input, other, *, alpha=1",
+    ufunc="add",
+    dunders=("__add__", "__radd__", "__iadd__"),
+)
+
+
 def _no_bool_operand(name, what):
     def shape(*args, **params):
         # torch refuses bool operands even where promotion would make them int (True - 1)
         if any(isinstance(x, bool) or getattr(x, "dtype", None) is _bool() for x in args):
-            raise RuntimeError(f"{name}(): {what} with a bool tensor is not supported; use "
-                               "logical_xor() / bitwise_not() instead")
+            raise RuntimeError(
+                f"{name}(): {what} with a bool tensor is not supported; use "
+                "logical_xor() / bitwise_not() instead"
+            )
         return M.pointwise_shape(name, *args)
 
     return shape
@@ -147,15 +180,38 @@ def _square_dtype(d, params):
     return (_int64(), _int64()) if d is _bool() else M.same(d, params)
 
 
-binary("sub", _sub, params="input, other, *, alpha=1", ufunc="subtract", allow="ifc",
-       shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
-       dunders=("__sub__", "__rsub__", "__isub__"))
+binary(
+    "sub",
+    _sub,
+    params="input, other, *, alpha=1",
+    ufunc="subtract",
+    allow="ifc",
+    shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
+    dunders=("__sub__", "__rsub__", "__isub__"),
+)
 binary("mul", ufunc="multiply", dunders=("__mul__", "__rmul__", "__imul__"))
-binary("div", _div, params="input, other, *, rounding_mode=None", ufunc="true_divide",
-       dtype=_div_dtype, dunders=("__truediv__", "__rtruediv__", "__itruediv__"))
-binary("floor_divide", _floor_divide, allow="if", dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"))
+binary(
+    "div",
+    _div,
+    params="input, other, *, rounding_mode=None",
+    ufunc="true_divide",
+    dtype=_div_dtype,
+    dunders=("__truediv__", "__rtruediv__", "__itruediv__"),
+)
+binary(
+    "floor_divide",
+    _floor_divide,
+    allow="if",
+    dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"),
+)
 binary("remainder", _remainder, allow="if", dunders=("__mod__", "__rmod__", "__imod__"))
-binary("pow", _pow, params="input, exponent", shape=_pow_shape, dunders=("__pow__", "__rpow__", "__ipow__"))
+binary(
+    "pow",
+    _pow,
+    params="input, exponent",
+    shape=_pow_shape,
+    dunders=("__pow__", "__rpow__", "__ipow__"),
+)
 binary("atan2", ufunc="arctan2", dtype=M.to_float, allow="bif")
 binary("minimum", ufunc="minimum", allow="bif")
 binary("maximum", ufunc="maximum", allow="bif")
@@ -168,10 +224,24 @@ unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), dtype=M.to_float)
 unary("square", ufunc="square", dtype=_square_dtype)
 
 # ---- transcendental -----------------------------------------------------------------------
-for _name, _uf in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"),
-                   ("log2", "log2"), ("log10", "log10"), ("log1p", "log1p"), ("sin", "sin"),
-                   ("cos", "cos"), ("tan", "tan"), ("asin", "arcsin"), ("acos", "arccos"),
-                   ("atan", "arctan"), ("sinh", "sinh"), ("cosh", "cosh"), ("tanh", "tanh")]:
+for _name, _uf in [
+    ("exp", "exp"),
+    ("exp2", "exp2"),
+    ("expm1", "expm1"),
+    ("log", "log"),
+    ("log2", "log2"),
+    ("log10", "log10"),
+    ("log1p", "log1p"),
+    ("sin", "sin"),
+    ("cos", "cos"),
+    ("tan", "tan"),
+    ("asin", "arcsin"),
+    ("acos", "arccos"),
+    ("atan", "arctan"),
+    ("sinh", "sinh"),
+    ("cosh", "cosh"),
+    ("tanh", "tanh"),
+]:
     unary(_name, ufunc=_uf, dtype=M.to_float)
 
 
@@ -188,7 +258,7 @@ def _erf(xp, a):
     return sp.erf(a)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _np_vectorize(f):
     import numpy as np  # noqa: PLC0415
 
@@ -225,14 +295,32 @@ def _leaky_relu(xp, a, negative_slope=0.01):
 
 
 unary("relu", lambda xp, a: xp.maximum(a, 0).astype(a.dtype), allow="if")
-op("gelu", "input, approximate='none'", kernel=_gelu, shape=_pw_shape("gelu"),
-   dtype=functools.partial(M.float_only, op="gelu"), allow="f")
+op(
+    "gelu",
+    "input, approximate='none'",
+    kernel=_gelu,
+    shape=_pw_shape("gelu"),
+    dtype=functools.partial(M.float_only, op="gelu"),
+    allow="f",
+)
 unary("silu", lambda xp, a: a * _sigmoid(xp, a), dtype=M.to_float, allow="fc")
-op("softplus", "input, beta=1.0, threshold=20.0", kernel=_softplus, shape=_pw_shape("softplus"),
-   dtype=functools.partial(M.float_only, op="softplus"), allow="f")
-op("leaky_relu", "input, negative_slope=0.01", kernel=_leaky_relu,
-   shape=_pw_shape("leaky_relu"), dtype=functools.partial(M.float_only, op="leaky_relu"),
-   allow="f", inplace=True)
+op(
+    "softplus",
+    "input, beta=1.0, threshold=20.0",
+    kernel=_softplus,
+    shape=_pw_shape("softplus"),
+    dtype=functools.partial(M.float_only, op="softplus"),
+    allow="f",
+)
+op(
+    "leaky_relu",
+    "input, negative_slope=0.01",
+    kernel=_leaky_relu,
+    shape=_pw_shape("leaky_relu"),
+    dtype=functools.partial(M.float_only, op="leaky_relu"),
+    allow="f",
+    inplace=True,
+)
 
 # ---- clamp / where / rounding / predicates ------------------------------------------------
 
@@ -251,31 +339,66 @@ def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
     return M.pointwise_shape("clamp", input, min, max)
 
 
-op("clamp", "input, min=None, max=None", n_inputs=3, kernel=_clamp, shape=_clamp_shape,
-   allow="bif", out=True, inplace=True)
-op("where", "condition, input, other", n_inputs=3, cast=(1, 2), shape=_pw_shape("where"),
-   kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b), method=False, out=True)
+op(
+    "clamp",
+    "input, min=None, max=None",
+    n_inputs=3,
+    kernel=_clamp,
+    shape=_clamp_shape,
+    allow="bif",
+    out=True,
+    inplace=True,
+)
+op(
+    "where",
+    "condition, input, other",
+    n_inputs=3,
+    cast=(1, 2),
+    shape=_pw_shape("where"),
+    kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b),
+    method=False,
+    out=True,
+)
 for _name, _uf in [("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc")]:
-    unary(_name, lambda xp, a, _uf=_uf: getattr(xp, _uf)(a) if a.dtype.kind == "f" else a,
-          allow="if")
+    unary(
+        _name, lambda xp, a, _uf=_uf: getattr(xp, _uf)(a) if a.dtype.kind == "f" else a, allow="if"
+    )
 
 
 def _round(xp, a, decimals=0):
     return xp.round(a, decimals) if a.dtype.kind in "fc" else a
 
 
-op("round", "input, *, decimals=0", kernel=_round, shape=_pw_shape("round"), allow="if",
-   out=True, inplace=True)
+op(
+    "round",
+    "input, *, decimals=0",
+    kernel=_round,
+    shape=_pw_shape("round"),
+    allow="if",
+    out=True,
+    inplace=True,
+)
 unary("isnan", ufunc="isnan", dtype=M.to_bool, inplace=False)
 unary("isinf", ufunc="isinf", dtype=M.to_bool, inplace=False)
 unary("isfinite", ufunc="isfinite", dtype=M.to_bool, inplace=False)
 
 # ---- comparisons and logic ----------------------------------------------------------------
-for _name, _uf, _dn in [("eq", "equal", "__eq__"), ("ne", "not_equal", "__ne__"),
-                        ("lt", "less", "__lt__"), ("le", "less_equal", "__le__"),
-                        ("gt", "greater", "__gt__"), ("ge", "greater_equal", "__ge__")]:
-    binary(_name, ufunc=_uf, dtype=M.to_bool, allow="bifc" if _name in ("eq", "ne") else "bif",
-           dunders=(_dn,), inplace=False)
+for _name, _uf, _dn in [
+    ("eq", "equal", "__eq__"),
+    ("ne", "not_equal", "__ne__"),
+    ("lt", "less", "__lt__"),
+    ("le", "less_equal", "__le__"),
+    ("gt", "greater", "__gt__"),
+    ("ge", "greater_equal", "__ge__"),
+]:
+    binary(
+        _name,
+        ufunc=_uf,
+        dtype=M.to_bool,
+        allow="bifc" if _name in ("eq", "ne") else "bif",
+        dunders=(_dn,),
+        inplace=False,
+    )
 
 
 def _truth(a):
@@ -284,13 +407,25 @@ def _truth(a):
 
 
 for _name in ("logical_and", "logical_or", "logical_xor"):
-    binary(_name, lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)), ufunc=_name,
-           dtype=M.to_bool, inplace=False)
-unary("logical_not", lambda xp, a: xp.logical_not(_truth(a)), ufunc="logical_not",
-      dtype=M.to_bool, inplace=False)
-for _name, _uf, _dn in [("bitwise_and", "bitwise_and", ("__and__", "__rand__", "__iand__")),
-                        ("bitwise_or", "bitwise_or", ("__or__", "__ror__", "__ior__")),
-                        ("bitwise_xor", "bitwise_xor", ("__xor__", "__rxor__", "__ixor__"))]:
+    binary(
+        _name,
+        lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)),
+        ufunc=_name,
+        dtype=M.to_bool,
+        inplace=False,
+    )
+unary(
+    "logical_not",
+    lambda xp, a: xp.logical_not(_truth(a)),
+    ufunc="logical_not",
+    dtype=M.to_bool,
+    inplace=False,
+)
+for _name, _uf, _dn in [
+    ("bitwise_and", "bitwise_and", ("__and__", "__rand__", "__iand__")),
+    ("bitwise_or", "bitwise_or", ("__or__", "__ror__", "__ior__")),
+    ("bitwise_xor", "bitwise_xor", ("__xor__", "__rxor__", "__ixor__")),
+]:
     binary(_name, ufunc=_uf, allow="bi", dunders=_dn)
 unary("bitwise_not", ufunc="invert", allow="bi", dunders=("__invert__",))
 
@@ -299,8 +434,15 @@ def _isclose(xp, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
     return xp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
 
 
-op("isclose", "input, other, rtol=1e-05, atol=1e-08, equal_nan=False", n_inputs=2,
-   kernel=_isclose, shape=_pw_shape("isclose"), dtype=M.to_bool, promote="same")
+op(
+    "isclose",
+    "input, other, rtol=1e-05, atol=1e-08, equal_nan=False",
+    n_inputs=2,
+    kernel=_isclose,
+    shape=_pw_shape("isclose"),
+    dtype=M.to_bool,
+    promote="same",
+)
 
 # ---- reductions ----------------------------------------------------------------------------
 
@@ -321,10 +463,26 @@ def _axes(a, dim, op_name):
     return axes if a.ndim else None
 
 
-def reduction(name, kernel, *, dtype=M.same, allow="bifc", params="input, dim=None, keepdim=False",
-              shape=None, **kw):
-    return op(name, params, kind="reduction", kernel=kernel, shape=shape or _reduce_shape(name),
-              dtype=dtype, allow=allow, **kw)
+def reduction(
+    name,
+    kernel,
+    *,
+    dtype=M.same,
+    allow="bifc",
+    params="input, dim=None, keepdim=False",
+    shape=None,
+    **kw,
+):
+    return op(
+        name,
+        params,
+        kind="reduction",
+        kernel=kernel,
+        shape=shape or _reduce_shape(name),
+        dtype=dtype,
+        allow=allow,
+        **kw,
+    )
 
 
 def _sum(xp, a, dim=None, keepdim=False, dtype=None):
@@ -347,8 +505,11 @@ def _prod(xp, a, dim=None, keepdim=False, dtype=None):
 
 def _nonempty(a, name, dim):
     if a.size == 0 and (dim is None or a.shape[dim % a.ndim] == 0):
-        raise IndexError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
-                         "Specify the reduction dim with the 'dim' argument.")
+        raise IndexError(
+            f"{name}(): Expected reduction dim to be specified for "
+            "input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
 
 
 def _amax(xp, a, dim=None, keepdim=False):
@@ -411,7 +572,7 @@ def _norm(xp, a, p="fro", dim=None, keepdim=False, dtype=None):
         return xp.sum(x != 0, axis=axes, keepdims=keepdim).astype(x.dtype)
     if p == 1:
         return xp.sum(x, axis=axes, keepdims=keepdim)
-    return xp.sum(x ** p, axis=axes, keepdims=keepdim) ** (1.0 / p)
+    return xp.sum(x**p, axis=axes, keepdims=keepdim) ** (1.0 / p)
 
 
 def _all_dtype(d, params):
@@ -428,28 +589,61 @@ def _logsumexp(xp, a, dim, keepdim=False):
     return r if keepdim else xp.squeeze(r, axis=axes)
 
 
-reduction("sum", _sum, params="input, dim=None, keepdim=False, *, dtype=None", dtype=M.sum_like,
-          out=True)
-reduction("mean", _mean, params="input, dim=None, keepdim=False, *, dtype=None",
-          dtype=functools.partial(M.float_only, op="mean"), out=True)
-reduction("prod", _prod, params="input, dim=None, keepdim=False, *, dtype=None",
-          dtype=M.sum_like, out=True)
+reduction(
+    "sum", _sum, params="input, dim=None, keepdim=False, *, dtype=None", dtype=M.sum_like, out=True
+)
+reduction(
+    "mean",
+    _mean,
+    params="input, dim=None, keepdim=False, *, dtype=None",
+    dtype=functools.partial(M.float_only, op="mean"),
+    out=True,
+)
+reduction(
+    "prod",
+    _prod,
+    params="input, dim=None, keepdim=False, *, dtype=None",
+    dtype=M.sum_like,
+    out=True,
+)
 reduction("amax", _amax, allow="bif", out=True)
 reduction("amin", _amin, allow="bif", out=True)
 reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
 reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmin"))
-reduction("var", _var, params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
-          dtype=functools.partial(M.real_float_only, op="var"), allow="fc", out=True)
-reduction("std", _std, params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
-          dtype=functools.partial(M.real_float_only, op="std"), allow="fc", out=True)
-reduction("norm", _norm, params="input, p='fro', dim=None, keepdim=False, dtype=None",
-          dtype=functools.partial(M.real_float_only, op="norm"), allow="fc")
-reduction("logsumexp", _logsumexp, params="input, dim, keepdim=False", dtype=M.to_float,
-          out=True)
-reduction("all", lambda xp, a, dim=None, keepdim=False: xp.all(a, axis=_axes(a, dim, "all"),
-                                                                keepdims=keepdim), dtype=_all_dtype)
-reduction("any", lambda xp, a, dim=None, keepdim=False: xp.any(a, axis=_axes(a, dim, "any"),
-                                                                keepdims=keepdim), dtype=_all_dtype)
+reduction(
+    "var",
+    _var,
+    params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
+    dtype=functools.partial(M.real_float_only, op="var"),
+    allow="fc",
+    out=True,
+)
+reduction(
+    "std",
+    _std,
+    params="input, dim=None, unbiased=None, keepdim=False, *, correction=None",
+    dtype=functools.partial(M.real_float_only, op="std"),
+    allow="fc",
+    out=True,
+)
+reduction(
+    "norm",
+    _norm,
+    params="input, p='fro', dim=None, keepdim=False, dtype=None",
+    dtype=functools.partial(M.real_float_only, op="norm"),
+    allow="fc",
+)
+reduction("logsumexp", _logsumexp, params="input, dim, keepdim=False", dtype=M.to_float, out=True)
+reduction(
+    "all",
+    lambda xp, a, dim=None, keepdim=False: xp.all(a, axis=_axes(a, dim, "all"), keepdims=keepdim),
+    dtype=_all_dtype,
+)
+reduction(
+    "any",
+    lambda xp, a, dim=None, keepdim=False: xp.any(a, axis=_axes(a, dim, "any"), keepdims=keepdim),
+    dtype=_all_dtype,
+)
 
 MinMax = namedtuple("MinMax", ["values", "indices"])
 
@@ -478,9 +672,17 @@ def _minmax_dim_shape(name):
 
 
 for _fn in ("max", "min"):
-    op(f"{_fn}_dim", "input, dim, keepdim=False", kind="reduction", kernel=_minmax_dim(_fn),
-       shape=_minmax_dim_shape(_fn), dtype=lambda d, p: (d, (d, _int64())), multi=True,
-       allow="bif", method=False)
+    op(
+        f"{_fn}_dim",
+        "input, dim, keepdim=False",
+        kind="reduction",
+        kernel=_minmax_dim(_fn),
+        shape=_minmax_dim_shape(_fn),
+        dtype=lambda d, p: (d, (d, _int64())),
+        multi=True,
+        allow="bif",
+        method=False,
+    )
 
 # ---- scans, softmax ----------------------------------------------------------------------
 
@@ -506,12 +708,22 @@ def _same_shape_dim(name):
     return shape
 
 
-op("cumsum", "input, dim, *, dtype=None", kernel=_scan("cumsum"),
-   shape=_same_shape_dim("cumsum"),
-   dtype=M.sum_like, out=True)
-op("cumprod", "input, dim, *, dtype=None", kernel=_scan("cumprod"),
-   shape=_same_shape_dim("cumprod"),
-   dtype=M.sum_like, out=True)
+op(
+    "cumsum",
+    "input, dim, *, dtype=None",
+    kernel=_scan("cumsum"),
+    shape=_same_shape_dim("cumsum"),
+    dtype=M.sum_like,
+    out=True,
+)
+op(
+    "cumprod",
+    "input, dim, *, dtype=None",
+    kernel=_scan("cumprod"),
+    shape=_same_shape_dim("cumprod"),
+    dtype=M.sum_like,
+    out=True,
+)
 
 
 def _softmax(xp, a, dim, dtype=None):
@@ -529,12 +741,22 @@ def _log_softmax(xp, a, dim, dtype=None):
     return a - _logsumexp(xp, a, d, keepdim=True) if a.size else a
 
 
-op("softmax", "input, dim, dtype=None", kernel=_softmax,
-   shape=_same_shape_dim("softmax"),
-   dtype=M.softmax_like, allow="f")
-op("log_softmax", "input, dim, dtype=None", kernel=_log_softmax,
-   shape=_same_shape_dim("log_softmax"),
-   dtype=M.softmax_like, allow="f")
+op(
+    "softmax",
+    "input, dim, dtype=None",
+    kernel=_softmax,
+    shape=_same_shape_dim("softmax"),
+    dtype=M.softmax_like,
+    allow="f",
+)
+op(
+    "log_softmax",
+    "input, dim, dtype=None",
+    kernel=_log_softmax,
+    shape=_same_shape_dim("log_softmax"),
+    dtype=M.softmax_like,
+    allow="f",
+)
 
 # ---- linear algebra ----------------------------------------------------------------------
 
@@ -542,13 +764,16 @@ op("log_softmax", "input, dim, dtype=None", kernel=_log_softmax,
 def _matmul_shape(input, other):
     a, b = input._shape, other._shape
     if not a or not b:
-        raise RuntimeError(f"matmul(): both arguments to matmul need to be at least 1D, but they "
-                           f"are {len(a)}D and {len(b)}D")
+        raise RuntimeError(
+            f"matmul(): both arguments to matmul need to be at least 1D, but they "
+            f"are {len(a)}D and {len(b)}D"
+        )
     ka = a[-1]
     kb = b[0] if len(b) == 1 else b[-2]
     if ka != kb:
-        raise RuntimeError(f"matmul(): mat1 and mat2 shapes cannot be multiplied "
-                           f"({_fmt2(a)} and {_fmt2(b)})")
+        raise RuntimeError(
+            f"matmul(): mat1 and mat2 shapes cannot be multiplied ({_fmt2(a)} and {_fmt2(b)})"
+        )
     if len(a) == 1 and len(b) == 1:
         return ()
     if len(b) == 1:
@@ -566,11 +791,11 @@ def _fmt2(s):
 def _mm_shape(name, ndim):
     def shape(input, other):
         if input.dim() != ndim or other.dim() != ndim:
-            raise RuntimeError(f"{name}(): expected {ndim}D tensors, got {input.dim()}D and "
-                               f"{other.dim()}D")
+            raise RuntimeError(
+                f"{name}(): expected {ndim}D tensors, got {input.dim()}D and {other.dim()}D"
+            )
         if ndim == 3 and input._shape[0] != other._shape[0]:
-            raise RuntimeError(f"bmm(): batch sizes differ: {input._shape[0]} vs "
-                               f"{other._shape[0]}")
+            raise RuntimeError(f"bmm(): batch sizes differ: {input._shape[0]} vs {other._shape[0]}")
         return _matmul_shape(input, other)
 
     return shape
@@ -578,20 +803,28 @@ def _mm_shape(name, ndim):
 
 def _dot_shape(input, other):
     if input.dim() != 1 or other.dim() != 1:
-        raise RuntimeError(f"dot(): 1D tensors expected, but got {input.dim()}D and "
-                           f"{other.dim()}D tensors")
+        raise RuntimeError(
+            f"dot(): 1D tensors expected, but got {input.dim()}D and {other.dim()}D tensors"
+        )
     if input._shape != other._shape:
-        raise RuntimeError(f"dot(): inconsistent tensor size, expected tensor [{input._shape[0]}] "
-                           f"and src [{other._shape[0]}] to have the same number of elements")
+        raise RuntimeError(
+            f"dot(): inconsistent tensor size, expected tensor [{input._shape[0]}] "
+            f"and src [{other._shape[0]}] to have the same number of elements"
+        )
     return ()
 
 
 _mm = dict(n_inputs=2, promote="same", allow="ifc", out=True)
-op("matmul", "input, other", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_matmul_shape,
-   dunders=("__matmul__", "__rmatmul__"), **_mm)
+op(
+    "matmul",
+    "input, other",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_matmul_shape,
+    dunders=("__matmul__", "__rmatmul__"),
+    **_mm,
+)
 op("mm", "input, mat2", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_mm_shape("mm", 2), **_mm)
-op("bmm", "input, mat2", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_mm_shape("bmm", 3),
-   **_mm)
+op("bmm", "input, mat2", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_mm_shape("bmm", 3), **_mm)
 op("dot", "input, other", kernel=lambda xp, a, b: xp.dot(a, b), shape=_dot_shape, **_mm)
 
 
@@ -601,8 +834,14 @@ def _outer_shape(input, vec2):
     return input._shape + vec2._shape
 
 
-op("outer", "input, vec2", n_inputs=2, kernel=lambda xp, a, b: xp.multiply.outer(a, b),
-   shape=_outer_shape, out=True)
+op(
+    "outer",
+    "input, vec2",
+    n_inputs=2,
+    kernel=lambda xp, a, b: xp.multiply.outer(a, b),
+    shape=_outer_shape,
+    out=True,
+)
 
 
 def _einsum_shape(*operands, equation):
@@ -611,19 +850,23 @@ def _einsum_shape(*operands, equation):
     lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     if len(terms) != len(operands):
-        raise RuntimeError(f"einsum(): {len(terms)} operands in the equation but {len(operands)} "
-                           "were given")
+        raise RuntimeError(
+            f"einsum(): {len(terms)} operands in the equation but {len(operands)} were given"
+        )
     sizes: dict = {}
     for term, t in zip(terms, operands):
         letters = term.replace("...", "")
         if "..." not in term and len(letters) != t.dim():
-            raise RuntimeError(f"einsum(): the number of subscripts in the equation "
-                               f"({len(letters)}) does not match the number of dimensions "
-                               f"({t.dim()}) for operand {operands.index(t)}")
-        for ch, n in zip(letters, t._shape[-len(letters):] if letters else ()):
+            raise RuntimeError(
+                f"einsum(): the number of subscripts in the equation "
+                f"({len(letters)}) does not match the number of dimensions "
+                f"({t.dim()}) for operand {operands.index(t)}"
+            )
+        for ch, n in zip(letters, t._shape[-len(letters) :] if letters else ()):
             if sizes.setdefault(ch, n) != n and 1 not in (n, sizes[ch]):
-                raise RuntimeError(f"einsum(): operands do not broadcast for subscript {ch!r} "
-                                   f"({sizes[ch]} vs {n})")
+                raise RuntimeError(
+                    f"einsum(): operands do not broadcast for subscript {ch!r} ({sizes[ch]} vs {n})"
+                )
             sizes[ch] = max(sizes[ch], n)
     if "..." in equation:
         return None  # computed by the kernel (rare; meta tensors reject it)
@@ -636,8 +879,15 @@ def _einsum_kernel(xp, *arrays, equation):
     return xp.einsum(equation, *arrays)
 
 
-op("einsum", "equation, *operands", n_inputs="star", kernel=_einsum_kernel,
-   shape=_einsum_shape, promote="same", method=False)
+op(
+    "einsum",
+    "equation, *operands",
+    n_inputs="star",
+    kernel=_einsum_kernel,
+    shape=_einsum_shape,
+    promote="same",
+    method=False,
+)
 
 # ---- joining and indexing ------------------------------------------------------------------
 
@@ -655,11 +905,13 @@ def _cat_shape(tensors, dim=0):
     total = 0
     for i, s in enumerate(shapes):
         if len(s) != len(ref) or any(a != b for j, (a, b) in enumerate(zip(s, ref)) if j != d):
-            raise RuntimeError(f"cat(): Sizes of tensors must match except in dimension {d}. "
-                               f"Expected {list(ref)} but got {list(s)} for tensor number {i} in "
-                               "the list")
+            raise RuntimeError(
+                f"cat(): Sizes of tensors must match except in dimension {d}. "
+                f"Expected {list(ref)} but got {list(s)} for tensor number {i} in "
+                "the list"
+            )
         total += s[d]
-    return ref[:d] + (total,) + ref[d + 1:]
+    return ref[:d] + (total,) + ref[d + 1 :]
 
 
 def _cat(xp, arrays, dim=0):
@@ -673,8 +925,10 @@ def _stack_shape(tensors, dim=0):
     ref = tensors[0]._shape
     for i, t in enumerate(tensors):
         if t._shape != ref:
-            raise RuntimeError(f"stack(): stack expects each tensor to be equal size, but got "
-                               f"{list(ref)} at entry 0 and {list(t._shape)} at entry {i}")
+            raise RuntimeError(
+                f"stack(): stack expects each tensor to be equal size, but got "
+                f"{list(ref)} at entry 0 and {list(t._shape)} at entry {i}"
+            )
     d = M.wrap_dim(dim, len(ref) + 1, "stack")
     return ref[:d] + (len(tensors),) + ref[d:]
 
@@ -684,8 +938,15 @@ def _stack(xp, arrays, dim=0):
 
 
 op("cat", "tensors, dim=0", n_inputs="seq", kernel=_cat, shape=_cat_shape, method=False, out=True)
-op("stack", "tensors, dim=0", n_inputs="seq", kernel=_stack, shape=_stack_shape, method=False,
-   out=True)
+op(
+    "stack",
+    "tensors, dim=0",
+    n_inputs="seq",
+    kernel=_stack,
+    shape=_stack_shape,
+    method=False,
+    out=True,
+)
 
 
 def _check_index(name, index, arg="index"):
@@ -705,13 +966,16 @@ def _gather_shape(input, dim, index):
     _check_index("gather", index)
     d = M.wrap_dim(dim, input.dim(), "gather")
     if index.dim() != input.dim():
-        raise RuntimeError("gather(): Index tensor must have the same number of dimensions as "
-                           "input tensor")
+        raise RuntimeError(
+            "gather(): Index tensor must have the same number of dimensions as input tensor"
+        )
     for i, (m, n) in enumerate(zip(index._shape, input._shape)):
         if i != d and m > n:
-            raise RuntimeError(f"gather(): Size does not match at dimension {i} expected index "
-                               f"{list(index._shape)} to be smaller than self "
-                               f"{list(input._shape)} apart from dimension {d}")
+            raise RuntimeError(
+                f"gather(): Size does not match at dimension {i} expected index "
+                f"{list(index._shape)} to be smaller than self "
+                f"{list(input._shape)} apart from dimension {d}"
+            )
     return index._shape
 
 
@@ -724,8 +988,16 @@ def _gather(xp, a, dim, idx):
     return xp.take_along_axis(src, idx, axis=d)
 
 
-op("gather", "input, dim, index", n_inputs=3, cast=(0,), kernel=_gather, shape=_gather_shape,
-   promote="first", out=True)
+op(
+    "gather",
+    "input, dim, index",
+    n_inputs=3,
+    cast=(0,),
+    kernel=_gather,
+    shape=_gather_shape,
+    promote="first",
+    out=True,
+)
 
 
 def _scatter_shape(input, dim, index, src=None, *, value=None, reduce=None):
@@ -743,15 +1015,17 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     if a.ndim == 0:
         return out
     # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
-    grid = [xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i))
-            for i, n in enumerate(idx.shape)]
+    grid = [
+        xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, n in enumerate(idx.shape)
+    ]
     grid[d] = idx
     vals = value if src is None else src[tuple(slice(0, n) for n in idx.shape)]
     if reduce is None:
         out[tuple(grid)] = vals
     elif reduce == "add":
-        xp.add.at(out, tuple(grid), vals) if xp.__name__ == "numpy" else \
-            __import__("cupyx").scatter_add(out, tuple(grid), vals)
+        xp.add.at(out, tuple(grid), vals) if xp.__name__ == "numpy" else __import__(
+            "cupyx"
+        ).scatter_add(out, tuple(grid), vals)
     elif reduce == "multiply":
         xp.multiply.at(out, tuple(grid), vals)
     else:
@@ -759,19 +1033,28 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     return out
 
 
-op("scatter", "input, dim, index, src=None, *, value=None, reduce=None", n_inputs=4,
-   cast=(0, 3), kernel=_scatter, shape=_scatter_shape, promote="first", inplace=True)
+op(
+    "scatter",
+    "input, dim, index, src=None, *, value=None, reduce=None",
+    n_inputs=4,
+    cast=(0, 3),
+    kernel=_scatter,
+    shape=_scatter_shape,
+    promote="first",
+    inplace=True,
+)
 
 
 def _index_select_shape(input, dim, index):
     if index.dim() > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
     if index.dtype.category != 1:
-        raise RuntimeError(f"index_select(): Expected dtype int32/int64 for index, got "
-                           f"{index.dtype}")
+        raise RuntimeError(
+            f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}"
+        )
     d = M.wrap_dim(dim, input.dim(), "index_select")
     n = index.numel()
-    return input._shape[:d] + (n,) + input._shape[d + 1:] if input._shape else ()
+    return input._shape[:d] + (n,) + input._shape[d + 1 :] if input._shape else ()
 
 
 def _index_select(xp, a, dim, idx):
@@ -782,8 +1065,16 @@ def _index_select(xp, a, dim, idx):
     return xp.take(a, idx.reshape(-1), axis=d)
 
 
-op("index_select", "input, dim, index", n_inputs=3, cast=(0,), kernel=_index_select,
-   shape=_index_select_shape, promote="first", out=True)
+op(
+    "index_select",
+    "input, dim, index",
+    n_inputs=3,
+    cast=(0,),
+    kernel=_index_select,
+    shape=_index_select_shape,
+    promote="first",
+    out=True,
+)
 
 
 def _masked_fill_shape(input, mask, value):
@@ -792,24 +1083,47 @@ def _masked_fill_shape(input, mask, value):
     if mask.dtype is not _dtype.bool:
         raise RuntimeError(f"masked_fill(): expected mask dtype to be Bool but got {mask.dtype}")
     if hasattr(value, "_shape") and value.dim() != 0:
-        raise RuntimeError(f"masked_fill(): only supports a 0-dimensional value tensor, but got "
-                           f"tensor with {value.dim()} dimension(s).")
+        raise RuntimeError(
+            f"masked_fill(): only supports a 0-dimensional value tensor, but got "
+            f"tensor with {value.dim()} dimension(s)."
+        )
     shape = M.broadcast_shapes(input._shape, mask._shape, op="masked_fill")
     if shape != input._shape:
-        raise RuntimeError(f"masked_fill(): mask of shape {list(mask._shape)} cannot broadcast to "
-                           f"input of shape {list(input._shape)}")
+        raise RuntimeError(
+            f"masked_fill(): mask of shape {list(mask._shape)} cannot broadcast to "
+            f"input of shape {list(input._shape)}"
+        )
     return shape
 
 
-op("masked_fill", "input, mask, value", n_inputs=3, cast=(0, 2), promote="first",
-   kernel=lambda xp, a, m, v: xp.where(m, v, a), shape=_masked_fill_shape, inplace=True)
+op(
+    "masked_fill",
+    "input, mask, value",
+    n_inputs=3,
+    cast=(0, 2),
+    promote="first",
+    kernel=lambda xp, a, m, v: xp.where(m, v, a),
+    shape=_masked_fill_shape,
+    inplace=True,
+)
 
 # ---- copies ---------------------------------------------------------------------------------
 
-op("clone", "input, *, memory_format=None", kernel=lambda xp, a, memory_format=None: a.copy(),
-   shape=_same_shape, promote="first")
-op("contiguous_copy", "input", kernel=lambda xp, a: a.copy(order="C"), shape=_same_shape,
-   promote="first", method=False)
+op(
+    "clone",
+    "input, *, memory_format=None",
+    kernel=lambda xp, a, memory_format=None: a.copy(),
+    shape=_same_shape,
+    promote="first",
+)
+op(
+    "contiguous_copy",
+    "input",
+    kernel=lambda xp, a: a.copy(order="C"),
+    shape=_same_shape,
+    promote="first",
+    method=False,
+)
 
 # ---- views ------------------------------------------------------------------------------------
 

@@ -99,11 +99,14 @@ def _vector(arr: np.ndarray, indent: int, summarize: bool, fmt1, fmt2) -> str:
         element_length += fmt2.width() + 1  # the imaginary part and its "j"
     per_line = max(1, int(math.floor((LINEWIDTH - indent) / element_length)))
     if summarize and arr.shape[0] > 2 * EDGEITEMS:
-        data = ([_scalar(v, fmt1, fmt2) for v in arr[:EDGEITEMS].tolist()] + [" ..."]
-                + [_scalar(v, fmt1, fmt2) for v in arr[-EDGEITEMS:].tolist()])
+        data = (
+            [_scalar(v, fmt1, fmt2) for v in arr[:EDGEITEMS].tolist()]
+            + [" ..."]
+            + [_scalar(v, fmt1, fmt2) for v in arr[-EDGEITEMS:].tolist()]
+        )
     else:
         data = [_scalar(v, fmt1, fmt2) for v in arr.tolist()]
-    lines = [", ".join(data[i:i + per_line]) for i in range(0, len(data), per_line)]
+    lines = [", ".join(data[i : i + per_line]) for i in range(0, len(data), per_line)]
     return "[" + (",\n" + " " * (indent + 1)).join(lines) + "]"
 
 
@@ -114,10 +117,11 @@ def _body(arr: np.ndarray, indent: int, summarize: bool, fmt1, fmt2) -> str:
         return _vector(arr, indent, summarize, fmt1, fmt2)
     n = arr.shape[0]
     if summarize and n > 2 * EDGEITEMS:
-        slices = ([_body(arr[i], indent + 1, summarize, fmt1, fmt2) for i in range(EDGEITEMS)]
-                  + ["..."]
-                  + [_body(arr[i], indent + 1, summarize, fmt1, fmt2)
-                     for i in range(n - EDGEITEMS, n)])
+        slices = (
+            [_body(arr[i], indent + 1, summarize, fmt1, fmt2) for i in range(EDGEITEMS)]
+            + ["..."]
+            + [_body(arr[i], indent + 1, summarize, fmt1, fmt2) for i in range(n - EDGEITEMS, n)]
+        )
     else:
         slices = [_body(arr[i], indent + 1, summarize, fmt1, fmt2) for i in range(n)]
     # one blank line between 2-D blocks of a 3-D tensor, two between 3-D blocks, ...

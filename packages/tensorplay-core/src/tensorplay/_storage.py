@@ -20,8 +20,8 @@ from tensorplay import _device
 __all__ = ["Storage", "UntypedStorage", "cpu_empty", "ALIGNMENT"]
 
 ALIGNMENT = 64
-_SMALL = 512            # bytes; larger requests get a buffer of their own
-_SLAB = 1 << 16         # bytes per slab
+_SMALL = 512  # bytes; larger requests get a buffer of their own
+_SLAB = 1 << 16  # bytes per slab
 _U8 = np.dtype(np.uint8)
 
 
@@ -32,7 +32,7 @@ def _address(arr) -> int:
 def _aligned_u8(nbytes: int):
     raw = np.empty(nbytes + ALIGNMENT, _U8)
     start = -_address(raw) % ALIGNMENT
-    return raw[start:start + nbytes]
+    return raw[start : start + nbytes]
 
 
 class _SizeClass:
@@ -63,10 +63,12 @@ class _SizeClass:
 
 
 # the size class serving each small request, indexed by ceil(nbytes / 64)
-_BY_SLOT = {ALIGNMENT << k: _SizeClass(ALIGNMENT << k)
-            for k in range((_SMALL // ALIGNMENT).bit_length())}
-_CLASSES = [_BY_SLOT[ALIGNMENT]] + [_BY_SLOT[ALIGNMENT << (k - 1).bit_length()]
-                                    for k in range(1, _SMALL // ALIGNMENT + 1)]
+_BY_SLOT = {
+    ALIGNMENT << k: _SizeClass(ALIGNMENT << k) for k in range((_SMALL // ALIGNMENT).bit_length())
+}
+_CLASSES = [_BY_SLOT[ALIGNMENT]] + [
+    _BY_SLOT[ALIGNMENT << (k - 1).bit_length()] for k in range(1, _SMALL // ALIGNMENT + 1)
+]
 
 
 def cpu_empty(shape: tuple, np_dtype, nbytes: int):
@@ -115,9 +117,9 @@ class Storage:
 
     def bytes_view(self):
         """The storage's bytes as a 1-D uint8 array (numpy or CuPy)."""
-        return self._buf[self._start:self._start + self._nbytes]
+        return self._buf[self._start : self._start + self._nbytes]
 
-    def cpu(self) -> "Storage":
+    def cpu(self) -> Storage:
         if self.device is _device.CPU:
             return self
         if self._buf is None:
@@ -127,9 +129,11 @@ class Storage:
         out.bytes_view()[:] = host
         return out
 
-    def copy_(self, src: "Storage") -> "Storage":
+    def copy_(self, src: Storage) -> Storage:
         if src._nbytes != self._nbytes:
-            raise RuntimeError(f"copy_(): storage sizes differ ({src._nbytes} vs {self._nbytes} bytes)")
+            raise RuntimeError(
+                f"copy_(): storage sizes differ ({src._nbytes} vs {self._nbytes} bytes)"
+            )
         if self._buf is None or src._buf is None:
             return self
         data = src.bytes_view()

@@ -37,7 +37,7 @@ class Tensor:
     # Fields most tensors never change are class-level defaults: a fresh result then
     # costs five slot writes, and the rare writer stores into the instance dict.
     _offset = 0
-    _stride = None          # None: C-contiguous strides, computed on demand
+    _stride = None  # None: C-contiguous strides, computed on demand
     requires_grad = False
     grad = None
     grad_fn = None
@@ -55,7 +55,7 @@ class Tensor:
 
     # ---- metadata -------------------------------------------------------------
     @property
-    def shape(self) -> "Size":
+    def shape(self) -> Size:
         return Size(self._shape)
 
     def size(self, dim: int | None = None):
@@ -139,10 +139,10 @@ class Tensor:
         self._storage._version += 1
 
     @property
-    def data(self) -> "Tensor":
+    def data(self) -> Tensor:
         return self.detach()
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """A view of the same data, cut from the autograd graph."""
         return make_view(self, self._shape, self.stride(), self._offset)
 
@@ -150,20 +150,25 @@ class Tensor:
         if self._data is None:
             raise NotImplementedError(
                 f"{what}: meta tensors hold no data (shape {tuple(self._shape)}, {self.dtype}); "
-                "move real data to the meta device's place with .to('cpu') on a real tensor")
+                "move real data to the meta device's place with .to('cpu') on a real tensor"
+            )
         return self._data
 
     # ---- conversion -------------------------------------------------------------
     def numpy(self, *, force: bool = False) -> np.ndarray:
         """The data as a numpy array; shares memory for CPU tensors (like torch)."""
         if self.requires_grad and not force:
-            raise RuntimeError("numpy(): can't call numpy() on a tensor that requires grad; "
-                               "use tensor.detach().numpy() instead")
+            raise RuntimeError(
+                "numpy(): can't call numpy() on a tensor that requires grad; "
+                "use tensor.detach().numpy() instead"
+            )
         data = self._check_data("numpy()")
         if self.device is not CPU:
             if not force:
-                raise TypeError(f"numpy(): can't convert {self.device} tensor to numpy; "
-                                "use tensor.cpu() first (or numpy(force=True))")
+                raise TypeError(
+                    f"numpy(): can't convert {self.device} tensor to numpy; "
+                    "use tensor.cpu() first (or numpy(force=True))"
+                )
             return data.get()
         return data
 
@@ -183,8 +188,8 @@ class Tensor:
     def __bool__(self) -> bool:
         n = self.numel()
         if n != 1:
-            raise RuntimeError(f"Boolean value of Tensor with {'no' if n == 0 else 'more than one'} "
-                               "values is ambiguous")
+            many = "no" if n == 0 else "more than one"
+            raise RuntimeError(f"Boolean value of Tensor with {many} values is ambiguous")
         return bool(self.item())
 
     def __float__(self) -> float:
@@ -221,8 +226,9 @@ class Tensor:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         from tensorplay._dlpack import to_dlpack_capsule  # noqa: PLC0415
 
-        return to_dlpack_capsule(self, stream=stream, max_version=max_version,
-                                 dl_device=dl_device, copy=copy)
+        return to_dlpack_capsule(
+            self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+        )
 
     def __dlpack_device__(self):
         from tensorplay._dlpack import dlpack_device  # noqa: PLC0415
@@ -235,7 +241,7 @@ class Tensor:
         return (tensor, (self.detach().cpu().numpy().copy(),), None)
 
     # ---- torch-compatible storage surface ---------------------------------------
-    def set_(self, source=None, storage_offset: int = 0, size=None, stride=None) -> "Tensor":
+    def set_(self, source=None, storage_offset: int = 0, size=None, stride=None) -> Tensor:
         """Point this tensor at ``source`` (a Storage or Tensor), torch semantics."""
         if source is None:
             source = new_storage(0, self.device)
@@ -245,8 +251,9 @@ class Tensor:
         if not isinstance(source, Storage):
             raise TypeError(f"set_(): expected a Storage or Tensor, got {type(source).__name__}")
         if source.device is not self.device:
-            raise RuntimeError(f"set_(): storage is on {source.device} but the tensor is on "
-                               f"{self.device}")
+            raise RuntimeError(
+                f"set_(): storage is on {source.device} but the tensor is on {self.device}"
+            )
         if size is None:
             size = (source.nbytes() // self.dtype.itemsize,)
         size = tuple(size)
@@ -261,40 +268,63 @@ class Tensor:
         self._shape, self._stride, self._offset = tuple(shape), tuple(stride), offset
         self._data = _view_array(self._storage, self.dtype, self._shape, self._stride, offset)
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
         from tensorplay._factories import empty  # noqa: PLC0415
 
-        return empty(*size, dtype=dtype or self.dtype, device=device or self.device,
-                     requires_grad=requires_grad)
+        return empty(
+            *size,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
         from tensorplay._factories import zeros  # noqa: PLC0415
 
-        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device,
-                     requires_grad=requires_grad)
+        return zeros(
+            *size,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> "Tensor":
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
         from tensorplay._factories import ones  # noqa: PLC0415
 
-        return ones(*size, dtype=dtype or self.dtype, device=device or self.device,
-                    requires_grad=requires_grad)
+        return ones(
+            *size,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
     def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
         from tensorplay._factories import full  # noqa: PLC0415
 
-        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
-                    requires_grad=requires_grad)
+        return full(
+            size,
+            fill_value,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
-    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> "Tensor":
+    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
         from tensorplay._factories import tensor  # noqa: PLC0415
 
-        return tensor(data, dtype=dtype or self.dtype, device=device or self.device,
-                      requires_grad=requires_grad)
+        return tensor(
+            data,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
 
-    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         if requires_grad and not (self.dtype.is_floating_point or self.dtype.is_complex):
-            raise RuntimeError(f"requires_grad_(): only floating point and complex tensors can "
-                               f"require gradients, got {self.dtype}")
+            raise RuntimeError(
+                f"requires_grad_(): only floating point and complex tensors can "
+                f"require gradients, got {self.dtype}"
+            )
         self.requires_grad = requires_grad
         return self
 
@@ -316,8 +346,10 @@ def _wrap_dim(dim, ndim: int, op: str) -> int:
         raise TypeError(f"{op}(): dim must be an int, got {type(dim).__name__}")
     lo, hi = (-1, 0) if ndim == 0 else (-ndim, ndim - 1)
     if not lo <= dim <= hi:
-        raise IndexError(f"{op}(): dimension out of range (expected to be in range of "
-                         f"[{lo}, {hi}], but got {dim})")
+        raise IndexError(
+            f"{op}(): dimension out of range (expected to be in range of "
+            f"[{lo}, {hi}], but got {dim})"
+        )
     return dim % ndim if ndim else 0
 
 
@@ -335,7 +367,8 @@ def _check_bounds(shape, stride, offset, nbytes, dt, op):
         raise RuntimeError(
             f"{op}: setStorage: sizes {list(shape)}, strides {list(stride)}, storage offset "
             f"{offset} and itemsize {dt.itemsize} require a storage of at least "
-            f"{(last + 1) * dt.itemsize} bytes, but it has {nbytes}")
+            f"{(last + 1) * dt.itemsize} bytes, but it has {nbytes}"
+        )
 
 
 def _view_array(storage: Storage, dt, shape, stride, offset):
@@ -417,4 +450,3 @@ def make_view(src: Tensor, shape, stride, offset) -> Tensor:
 
 def cpu_array_of(t: Tensor):
     return t._data if t.device is CPU else t._check_data("cpu()").get()
-

@@ -79,9 +79,11 @@ def view(t, shape):
     shape = infer_size("view", _sizes("view", shape), t.numel())
     st = view_strides(t._shape, t.stride(), shape)
     if st is None:
-        raise RuntimeError("view(): view size is not compatible with input tensor's size and "
-                           "stride (at least one dimension spans across two contiguous subspaces). "
-                           "Use .reshape(...) instead.")
+        raise RuntimeError(
+            "view(): view size is not compatible with input tensor's size and "
+            "stride (at least one dimension spans across two contiguous subspaces). "
+            "Use .reshape(...) instead."
+        )
     return shape, st, t._offset
 
 
@@ -89,8 +91,10 @@ def permute(t, dims):
     dims = _sizes("permute", dims)
     n = t.dim()
     if len(dims) != n:
-        raise RuntimeError(f"permute(): number of dims don't match in permute: input has {n} "
-                           f"dims but {len(dims)} were given")
+        raise RuntimeError(
+            f"permute(): number of dims don't match in permute: input has {n} "
+            f"dims but {len(dims)} were given"
+        )
     axes = [wrap_dim(d, n, "permute") for d in dims]
     if len(set(axes)) != n:
         raise RuntimeError(f"permute(): repeated dim in {list(dims)}")
@@ -118,15 +122,19 @@ def expand(t, sizes):
     sizes = _sizes("expand", sizes)
     shape, st, off = _geo(t)
     if len(sizes) < len(shape):
-        raise RuntimeError(f"expand(): the number of sizes provided ({len(sizes)}) must be greater "
-                           f"or equal to the number of dimensions in the tensor ({len(shape)})")
+        raise RuntimeError(
+            f"expand(): the number of sizes provided ({len(sizes)}) must be greater "
+            f"or equal to the number of dimensions in the tensor ({len(shape)})"
+        )
     lead = len(sizes) - len(shape)
     out_shape, out_st = [], []
     for i, n in enumerate(sizes):
         if i < lead:
             if n < 0:
-                raise RuntimeError(f"expand(): the expanded size -1 is not allowed in a leading, "
-                                   f"non-existing dimension {i}")
+                raise RuntimeError(
+                    f"expand(): the expanded size -1 is not allowed in a leading, "
+                    f"non-existing dimension {i}"
+                )
             out_shape.append(n)
             out_st.append(0)
             continue
@@ -140,9 +148,11 @@ def expand(t, sizes):
             out_shape.append(n)
             out_st.append(0)
         else:
-            raise RuntimeError(f"expand(): the expanded size of the tensor ({n}) must match the "
-                               f"existing size ({m}) at non-singleton dimension {i}. Target sizes: "
-                               f"{list(sizes)}. Tensor sizes: {list(shape)}")
+            raise RuntimeError(
+                f"expand(): the expanded size of the tensor ({n}) must match the "
+                f"existing size ({m}) at non-singleton dimension {i}. Target sizes: "
+                f"{list(sizes)}. Tensor sizes: {list(shape)}"
+            )
     return tuple(out_shape), tuple(out_st), off
 
 
@@ -178,9 +188,11 @@ def narrow(t, dim, start, length):
     if start < 0:
         start += n
     if not (0 <= start <= n) or length < 0 or start + length > n:
-        raise IndexError(f"narrow(): start ({start}) + length ({length}) exceeds dimension size "
-                         f"({n}) of dimension {d}")
-    new_shape = shape[:d] + (length,) + shape[d + 1:]
+        raise IndexError(
+            f"narrow(): start ({start}) + length ({length}) exceeds dimension size "
+            f"({n}) of dimension {d}"
+        )
+    new_shape = shape[:d] + (length,) + shape[d + 1 :]
     return new_shape, st, off + start * st[d]
 
 
@@ -192,10 +204,11 @@ def select(t, dim, index):
     n = shape[d]
     i = int(index)
     if not -n <= i < n:
-        raise IndexError(f"select(): index {i} out of range for tensor of size {list(shape)} at "
-                         f"dimension {d}")
+        raise IndexError(
+            f"select(): index {i} out of range for tensor of size {list(shape)} at dimension {d}"
+        )
     i %= n
-    return shape[:d] + shape[d + 1:], st[:d] + st[d + 1:], off + i * st[d]
+    return shape[:d] + shape[d + 1 :], st[:d] + st[d + 1 :], off + i * st[d]
 
 
 def as_strided(t, size, stride, storage_offset=None):
@@ -203,8 +216,9 @@ def as_strided(t, size, stride, storage_offset=None):
 
     size, stride = tuple(size), tuple(stride)
     if len(size) != len(stride):
-        raise RuntimeError(f"as_strided(): mismatch in length of strides ({len(stride)}) and "
-                           f"shape ({len(size)})")
+        raise RuntimeError(
+            f"as_strided(): mismatch in length of strides ({len(stride)}) and shape ({len(size)})"
+        )
     off = t._offset if storage_offset is None else storage_offset
     _check_bounds(size, stride, off, t._storage.nbytes(), t.dtype, "as_strided()")
     return size, stride, off
@@ -224,14 +238,14 @@ def flatten(t, start_dim=0, end_dim=-1):
     a, b = wrap_dim(start_dim, len(shape), "flatten"), wrap_dim(end_dim, len(shape), "flatten")
     if a > b:
         raise RuntimeError("flatten(): start_dim cannot come after end_dim")
-    return reshape(t, shape[:a] + (math.prod(shape[a:b + 1]),) + shape[b + 1:])
+    return reshape(t, shape[:a] + (math.prod(shape[a : b + 1]),) + shape[b + 1 :])
 
 
 def unflatten(t, dim, sizes):
     shape = t._shape
     d = wrap_dim(dim, len(shape), "unflatten")
     sizes = infer_size("unflatten", tuple(sizes), shape[d])
-    return reshape(t, shape[:d] + sizes + shape[d + 1:])
+    return reshape(t, shape[:d] + sizes + shape[d + 1 :])
 
 
 def movedim(t, source, destination):
@@ -239,9 +253,11 @@ def movedim(t, source, destination):
     src = (source,) if isinstance(source, int) else tuple(source)
     dst = (destination,) if isinstance(destination, int) else tuple(destination)
     if len(src) != len(dst):
-        raise RuntimeError(f"movedim(): Invalid source or destination dims: source ({list(src)} "
-                           f"dims) should contain the same number of dims as destination "
-                           f"({list(dst)} dims)")
+        raise RuntimeError(
+            f"movedim(): Invalid source or destination dims: source ({list(src)} "
+            f"dims) should contain the same number of dims as destination "
+            f"({list(dst)} dims)"
+        )
     src = [wrap_dim(d, n, "movedim") for d in src]
     dst = [wrap_dim(d, n, "movedim") for d in dst]
     order = [None] * n
@@ -270,9 +286,11 @@ def split(t, split_size_or_sections, dim=0):
     else:
         sizes = list(split_size_or_sections)
         if sum(sizes) != n:
-            raise RuntimeError(f"split(): split_with_sizes expects split_sizes to sum exactly to "
-                               f"{n} (input tensor's size at dimension {d}), but got "
-                               f"split_sizes={sizes}")
+            raise RuntimeError(
+                f"split(): split_with_sizes expects split_sizes to sum exactly to "
+                f"{n} (input tensor's size at dimension {d}), but got "
+                f"split_sizes={sizes}"
+            )
     out, start = [], 0
     for k in sizes:
         out.append(narrow(t, d, start, k))
@@ -301,5 +319,8 @@ def diagonal(t, offset=0, dim1=0, dim2=1):
         length = max(min(shape[a] + offset, shape[b]), 0)
         start = off - offset * st[a] if length else off
     keep = [i for i in range(n) if i not in (a, b)]
-    return (tuple(shape[i] for i in keep) + (length,),
-            tuple(st[i] for i in keep) + (st[a] + st[b],), start)
+    return (
+        tuple(shape[i] for i in keep) + (length,),
+        tuple(st[i] for i in keep) + (st[a] + st[b],),
+        start,
+    )

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from tensorplay import _device
 
-__all__ = ["is_available", "device_count", "current_device", "set_device", "synchronize",
-           "current_stream", "unavailable_reason"]
+__all__ = [
+    "is_available",
+    "device_count",
+    "current_device",
+    "set_device",
+    "synchronize",
+    "current_stream",
+    "unavailable_reason",
+]
 
 
 def is_available() -> bool:
