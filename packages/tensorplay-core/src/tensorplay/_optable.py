@@ -13,6 +13,8 @@ import functools
 import math
 from collections import namedtuple
 
+import numpy as np
+
 from tensorplay import _meta as M
 from tensorplay import _views as V
 from tensorplay._dispatch import OpDef, register
@@ -1022,15 +1024,17 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     vals = value if src is None else src[tuple(slice(0, n) for n in idx.shape)]
     if reduce is None:
         out[tuple(grid)] = vals
-    elif reduce == "add":
-        xp.add.at(out, tuple(grid), vals) if xp.__name__ == "numpy" else __import__(
-            "cupyx"
-        ).scatter_add(out, tuple(grid), vals)
-    elif reduce == "multiply":
-        xp.multiply.at(out, tuple(grid), vals)
-    else:
+        return out
+    if reduce not in ("add", "multiply"):
         raise ValueError(f"reduce argument must be either add or multiply, got {reduce!r}")
-    return out
+    accumulate = np.add.at if reduce == "add" else np.multiply.at
+    if xp is np:
+        accumulate(out, tuple(grid), vals)
+        return out
+    # CuPy's ufunc.at knows add on a few dtypes only and no multiply: accumulate on the host
+    host = out.get()
+    accumulate(host, tuple(g.get() for g in grid), vals.get() if hasattr(vals, "get") else vals)
+    return xp.asarray(host)
 
 
 op(
