@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays, basic_indices
 from optable_samples import VIEW_REF, samples, to_ref
 

@@ -10,57 +10,38 @@ from pkgutil import extend_path
 # Other distributions (tensorplay-library, -compile, ...) add subpackages to this package.
 __path__ = extend_path(__path__, __name__)
 
-from tensorplay import (
-    _dtype,  # noqa: E402
-    _optable,  # noqa: E402
-    cuda,  # noqa: E402
-)
-from tensorplay._bind import allclose, equal, max, min  # noqa: E402
-from tensorplay._device import device  # noqa: E402
-from tensorplay._dlpack import from_dlpack  # noqa: E402
-from tensorplay._dtype import (  # noqa: E402
+# ruff: noqa: E402 - the imports follow the __path__ setup above
+from tensorplay import _dtype, _optable, autograd, cuda
+from tensorplay._bind import allclose, equal, max, min
+from tensorplay._device import device
+from tensorplay._dlpack import from_dlpack
+from tensorplay._dtype import (  # torch's aliases
     bfloat16,
     bool,
     complex64,
+    complex64 as cfloat,
     complex128,
+    complex128 as cdouble,
     dtype,
     float16,
+    float16 as half,
     float32,
+    float32 as float,
     float64,
+    float64 as double,
     get_default_dtype,
     int8,
     int16,
+    int16 as short,
     int32,
+    int32 as int,
     int64,
+    int64 as long,
     promote_types,
     set_default_dtype,
     uint8,
 )
-from tensorplay._dtype import (
-    complex64 as cfloat,
-)
-from tensorplay._dtype import (
-    complex128 as cdouble,
-)
-from tensorplay._dtype import (  # noqa: E402 - torch aliases
-    float16 as half,
-)
-from tensorplay._dtype import (
-    float32 as float,
-)
-from tensorplay._dtype import (
-    float64 as double,
-)
-from tensorplay._dtype import (
-    int16 as short,
-)
-from tensorplay._dtype import (
-    int32 as int,
-)
-from tensorplay._dtype import (
-    int64 as long,
-)
-from tensorplay._factories import (  # noqa: E402
+from tensorplay._factories import (
     Generator,
     arange,
     as_tensor,
@@ -87,10 +68,18 @@ from tensorplay._factories import (  # noqa: E402
     zeros,
     zeros_like,
 )
-from tensorplay._meta import broadcast_shapes  # noqa: E402
-from tensorplay._storage import UntypedStorage  # noqa: E402
-from tensorplay._tensor import Size, Tensor  # noqa: E402
-from tensorplay._version import __version__  # noqa: E402
+from tensorplay._meta import broadcast_shapes
+from tensorplay._storage import UntypedStorage
+from tensorplay._tensor import Size, Tensor
+from tensorplay._version import __version__
+from tensorplay.autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
 
 # Every public op-table row is ``tp.<name>`` (one definition per op: _optable.py); the
 # function is generated on first access, by the module ``__getattr__`` below.

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplay import _device, _indexing
-from tensorplay import _dtype as D
+from tensorplay import _device, _dtype as D, _indexing
 from tensorplay._device import CPU, META, canonical
 from tensorplay._dispatch import OPS, check_writable
 from tensorplay._optable import ROWS, MinMax

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay import _device, _meta
-from tensorplay import _dtype as D
+from tensorplay import _device, _dtype as D, _meta
 from tensorplay._device import CPU, META
 from tensorplay._storage import cpu_empty
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, wrap_array
@@ -42,6 +41,17 @@ class _State:
 
 
 state = _State()
+
+
+class _NoAutograd:
+    """Stand-in until ``tensorplay.autograd`` installs the real recorder (at import)."""
+
+    @staticmethod
+    def needs_grad(items) -> bool:
+        return False
+
+
+autograd_hooks = _NoAutograd  # replaced by the tensorplay.autograd._record module
 
 
 @dataclasses.dataclass(eq=False)
@@ -219,8 +229,12 @@ def call(
     if _CATS[promoted.category] not in row.allow:
         # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
         raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
+    track = autograd_hooks.needs_grad(items)  # record the graph for this call?
     if row.kind == "view":
-        return _call_view(row, targs, params)
+        result = _call_view(row, targs, params)
+        return autograd_hooks.record(row, targs, params, result) if track else result
+    if track and out is not None:
+        autograd_hooks.check_out_arg(row, out)
     cdt, odt = row.dtype(promoted, params)
     shape = row.shape(*targs, **params)
     if inplace is not None:
@@ -241,6 +255,7 @@ def call(
         )
         if (
             inplace is not None
+            and not track
             and row.ufunc is not None
             and cdt is odt
             and inplace.dtype is odt
@@ -255,6 +270,11 @@ def call(
                 result = _wrap_result(row, row.kernel(xp, *arrays, **params), odt, dev)
         except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise RuntimeError(f"{row.name}(): {e}") from e
+    if track:
+        if inplace is not None:
+            autograd_hooks.record_inplace(row, targs, params, result, inplace)
+            return _write_inplace(row, inplace, result)
+        return autograd_hooks.record(row, targs, params, result)
     if inplace is not None:
         return _write_inplace(row, inplace, result)
     if out is not None:

@@ -38,8 +38,7 @@ import weakref
 
 import numpy as np
 
-from tensorplay import _device
-from tensorplay import _dtype as D
+from tensorplay import _device, _dtype as D
 from tensorplay._device import CPU
 
 __all__ = ["from_dlpack", "to_dlpack_capsule", "dlpack_device"]

@@ -6,8 +6,7 @@ import math
 
 import numpy as np
 
-from tensorplay import _device
-from tensorplay import _dtype as D
+from tensorplay import _device, _dtype as D
 from tensorplay._device import CPU, META, canonical
 from tensorplay._storage import Storage
 from tensorplay._tensor import Tensor, _new, adopt_array, contiguous_strides, empty_tensor

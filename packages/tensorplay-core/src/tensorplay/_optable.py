@@ -15,8 +15,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from tensorplay import _meta as M
-from tensorplay import _views as V
+from tensorplay import _meta as M, _views as V
 from tensorplay._dispatch import OpDef, register
 
 ROWS: list[OpDef] = []

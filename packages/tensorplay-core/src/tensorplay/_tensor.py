@@ -319,15 +319,6 @@ class Tensor:
             requires_grad=requires_grad,
         )
 
-    def requires_grad_(self, requires_grad: bool = True) -> Tensor:
-        if requires_grad and not (self.dtype.is_floating_point or self.dtype.is_complex):
-            raise RuntimeError(
-                f"requires_grad_(): only floating point and complex tensors can "
-                f"require gradients, got {self.dtype}"
-            )
-        self.requires_grad = requires_grad
-        return self
-
 
 class Size(tuple):
     """``tensor.shape``: a tuple subclass printed like torch.Size."""

@@ -1,0 +1,28 @@
+"""Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
+
+from tensorplay import _dispatch
+from tensorplay.autograd import _record, graph, tensor_api
+from tensorplay.autograd.engine import backward, grad
+from tensorplay.autograd.grad_mode import (
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    set_grad_enabled,
+)
+
+__all__ = [
+    "backward",
+    "grad",
+    "graph",
+    "no_grad",
+    "enable_grad",
+    "set_grad_enabled",
+    "is_grad_enabled",
+    "inference_mode",
+    "is_inference_mode_enabled",
+]
+
+tensor_api.install()
+_dispatch.autograd_hooks = _record  # from now on the dispatcher records graphs

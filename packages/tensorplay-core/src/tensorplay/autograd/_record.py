@@ -1,0 +1,267 @@
+"""Recording: the dispatcher calls these when an op runs on tensors that require grad.
+
+``record`` attaches an ``OpNode`` (the op-table row's ``vjp``) to the result;
+``record_inplace`` handles ``x.op_(...)``: x's history is rebased onto the new
+node, and when x is a view its base's history goes through ``CopySlices``.
+"""
+
+from __future__ import annotations
+
+from tensorplay._tensor import Tensor
+from tensorplay.autograd import grad_mode
+from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+
+
+def _backward_name(op: str) -> str:
+    return "".join(p.capitalize() for p in op.split("_")) + "Backward0"
+
+
+def differentiable_dtype(dt) -> bool:
+    return dt.is_floating_point or dt.is_complex
+
+
+def flat_inputs(row, targs) -> list:
+    """The inputs that gradients flow to, in the order ``vjp`` returns them."""
+    return list(targs[0]) if row.n_inputs == "seq" else list(targs)
+
+
+class _Ctx:
+    """What a row's ``vjp``/``jvp`` sees: ``inputs`` (as passed), ``params`` and ``out``.
+
+    Saved tensors are unpacked on access, so a row only fails the "modified by an
+    inplace operation" check for the tensors its formula really reads.
+    """
+
+    def __init__(self, node):
+        self._node = node
+        self.params = node.params
+
+    @property
+    def inputs(self) -> tuple:
+        name = self._node.name()
+        return tuple(
+            x.unpack(name) if isinstance(x, SavedTensor) else x
+            for x in self._node._check_saved()[0]
+        )
+
+    @property
+    def out(self):
+        outs = self._node._check_saved()[1]
+        name = self._node.name()
+        vals = tuple(o.unpack(name) for o in outs)
+        return vals if self._node.row.multi else vals[0]
+
+
+class OpNode(Node):
+    """Backward of one op-table row: calls ``row.vjp``, then fits each gradient to its
+    input (sums broadcast dimensions, casts to the input's dtype)."""
+
+    def __init__(self, row, targs, params, outputs: tuple):
+        inputs = flat_inputs(row, targs)
+        super().__init__(
+            tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs),
+            n_outputs=len(outputs),
+        )
+        self.row, self.params = row, params
+        self._meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
+        self._seq = row.n_inputs == "seq"
+        for i, o in enumerate(outputs):
+            o.requires_grad, o.grad_fn, o._output_nr = True, self, i
+        self._saved = (
+            [SavedTensor(x) if isinstance(x, Tensor) else x for x in targs],
+            [SavedTensor(o, self) for o in outputs],
+        )
+        if self._seq:
+            self._saved[0][0] = [SavedTensor(x) for x in targs[0]]
+
+    def name(self) -> str:
+        return _backward_name(self.row.name)
+
+    def _check_saved(self):
+        if self._saved is None:
+            raise RuntimeError(_FREED)
+        if self._seq:
+            seq, *rest = self._saved[0]
+            return ([[s.unpack(self.name()) for s in seq], *rest], self._saved[1])
+        return self._saved
+
+    def release(self) -> None:
+        self._saved = None
+
+    def apply(self, grad_outputs):
+        if self.row.vjp is None:
+            raise NotImplementedError(f"the derivative for '{self.row.name}' is not implemented")
+        if self._saved is None:
+            raise RuntimeError(_FREED)
+        if self.row.multi:
+            outs = _Ctx(self).out
+            g = tuple(gi if gi is not None else _zeros_like(o) for gi, o in zip(grad_outputs, outs))
+        else:
+            g = grad_outputs[0]
+        grads = self.row.vjp(_Ctx(self), g)
+        if not isinstance(grads, (tuple, list)):
+            grads = (grads,)
+        return tuple(fit_grad(gr, m) for gr, m in zip(grads, self._meta))
+
+
+def _zeros_like(t):
+    from tensorplay._factories import zeros  # noqa: PLC0415
+
+    return zeros(t._shape, dtype=t.dtype, device=t.device)
+
+
+def sum_to(g, shape: tuple):
+    """Sum ``g`` down to ``shape`` (the inverse of broadcasting)."""
+    if g._shape == shape:
+        return g
+    lead = len(g._shape) - len(shape)
+    dims = tuple(range(lead)) + tuple(
+        lead + i for i, n in enumerate(shape) if n == 1 and g._shape[lead + i] != 1
+    )
+    if dims:
+        g = g.sum(dim=dims, keepdim=True)
+    if lead:
+        g = g.reshape(shape)
+    return g
+
+
+def fit_grad(g, meta):
+    """A row's raw gradient, summed to the input's shape and cast to its dtype."""
+    if g is None or meta is None:
+        return None
+    shape, dt = meta
+    if not isinstance(g, Tensor):
+        raise TypeError(f"a vjp returned {type(g).__name__} where a Tensor or None belongs")
+    g = sum_to(g, shape)
+    if g._shape != shape:
+        raise RuntimeError(
+            f"gradient of shape {list(g._shape)} does not match its input's shape {list(shape)}"
+        )
+    if g.dtype is not dt:
+        if dt.is_complex or not g.dtype.is_complex:
+            g = g.to(dt)
+        else:
+            g = g.real.to(dt) if hasattr(g, "real") else g.to(dt)
+    return g
+
+
+_FREED = (
+    "Trying to backward through the graph a second time (or directly access saved tensors "
+    "after they have already been freed). Saved intermediate values of the graph are freed "
+    "when you call .backward() or autograd.grad(). Specify retain_graph=True if you need to "
+    "backward through the graph a second time or if you need to access saved tensors after "
+    "calling backward."
+)
+
+
+# ---- what the dispatcher calls -----------------------------------------------------------------
+
+
+def needs_grad(items) -> bool:
+    """Is grad mode on and does any input require grad? (Checked on every general call.)"""
+    if not grad_mode.state.enabled:
+        return False
+    for x in items:
+        if isinstance(x, Tensor):
+            if x.requires_grad:
+                return True
+        elif isinstance(x, (list, tuple)):
+            if any(isinstance(y, Tensor) and y.requires_grad for y in x):
+                return True
+    return False
+
+
+def record(row, targs, params, result):
+    """Attach the backward node of ``row`` to ``result`` (a tensor or tuple of tensors)."""
+    outs = result if isinstance(result, tuple) else (result,)
+    diff = tuple(o for o in outs if differentiable_dtype(o.dtype))
+    if not diff:
+        return result
+    OpNode(row, targs, params, diff if len(diff) == len(outs) else diff)
+    return result
+
+
+def check_out_arg(row, out):
+    raise RuntimeError(
+        f"{row.name}(): functions with out=... arguments don't support automatic "
+        "differentiation, but one of the arguments requires grad."
+    )
+
+
+class CopySlices(Node):
+    """Backward of writing into a view of ``base`` in place: the view's region of the
+    gradient goes to the in-place op's node, the rest to the base's old history."""
+
+    def __init__(self, base_edge, geometry, op_edge):
+        super().__init__((base_edge, op_edge))
+        self.geometry = geometry
+
+    def apply(self, grad_outputs):
+        g = grad_outputs[0].contiguous()
+        outside = _ones_outside(g, self.geometry)
+        return (g * outside, g.as_strided(*self.geometry))
+
+
+class ViewOfBase(Node):
+    """Backward of a view whose base was rewritten in place: the view's gradient, placed
+    into zeros shaped like the base. (First order only: the placement is a plain copy.)"""
+
+    def __init__(self, base_edge, geometry, base_meta):
+        super().__init__((base_edge,))
+        self.geometry, self.base_meta = geometry, base_meta
+
+    def apply(self, grad_outputs):
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        shape, dt = self.base_meta
+        g = grad_outputs[0]
+        gb = zeros(shape, dtype=dt, device=g.device)
+        gb.as_strided(*self.geometry).copy_(g.detach())
+        return (gb,)
+
+
+def _ones_outside(like, geometry):
+    """1 outside the view's region, 0 inside (a constant: carries no gradient)."""
+    from tensorplay._factories import ones  # noqa: PLC0415
+
+    m = ones(like._shape, dtype=like.dtype, device=like.device)
+    m.as_strided(*geometry).zero_()
+    return m
+
+
+def record_inplace(row, targs, params, result, target):
+    """``target.<op>_(...)`` with autograd: returns ``target`` holding ``result``'s values."""
+    if target.grad_fn is None and target.requires_grad:
+        raise RuntimeError(
+            f"{row.name}_(): a leaf Variable that requires grad is being used in "
+            "an in-place operation."
+        )
+    if not differentiable_dtype(result.dtype):
+        return None
+    # The op's node must see target's *old* value and history: a snapshot with target's edge.
+    old = target.detach().clone()
+    old.requires_grad, old.grad_fn = target.requires_grad, target.grad_fn
+    old._output_nr = target._output_nr
+    snap_targs = (old,) + tuple(targs[1:])
+    record(row, snap_targs, params, result)
+    base = target._base
+    if base is None:
+        target.grad_fn, target._output_nr = result.grad_fn, 0
+        target.requires_grad = True
+        return target
+    geometry = (target._shape, target.stride(), target._offset - base._offset)
+    if not base.is_contiguous():
+        raise NotImplementedError(
+            f"{row.name}_(): in-place autograd on a view of a "
+            "non-contiguous base is not supported; clone() the base first"
+        )
+    if base.grad_fn is None and base.requires_grad:
+        raise RuntimeError(
+            f"{row.name}_(): a view of a leaf Variable that requires grad is "
+            "being used in an in-place operation."
+        )
+    copy = CopySlices(edge_of(base), geometry, (result.grad_fn, 0))
+    base.grad_fn, base._output_nr, base.requires_grad = copy, 0, True
+    target.grad_fn = ViewOfBase((copy, 0), geometry, (base._shape, base.dtype))
+    target._output_nr, target.requires_grad = 0, True
+    return target

@@ -1,0 +1,220 @@
+"""The backward pass: a topological order of the graph, then one loop over it.
+
+1. order = nodes reachable from the roots, each before the nodes it feeds from
+   (reverse post-order of a depth-first walk);
+2. for each node in that order: its output gradients are complete (every consumer
+   came earlier), so apply it (the chain rule: output grads -> input grads) and add
+   what it returns into the buffers of ``next_functions``.
+"""
+
+from __future__ import annotations
+
+from tensorplay._tensor import Tensor
+from tensorplay.autograd import grad_mode
+from tensorplay.autograd.graph import AccumulateGrad, edge_of
+
+
+def topological_order(roots: list) -> list:
+    """Nodes reachable from ``roots``, every node before all the nodes it points to."""
+    seen, post = set(), []
+    for root in roots:
+        if root is None or root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(root.next_functions))]
+        while stack:  # iterative DFS: graphs can be deeper than Python's recursion limit
+            node, children = stack[-1]
+            for child, _ in children:
+                if child is not None and child not in seen:
+                    seen.add(child)
+                    stack.append((child, iter(child.next_functions)))
+                    break
+            else:
+                stack.pop()
+                post.append(node)
+    return post[::-1]
+
+
+def _add(a, b):
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return a + b
+
+
+def _tensor_hooks(node, nr, g):
+    for hook in node._tensor_hooks.get(nr, ()):
+        new = hook(g)
+        if new is not None:
+            g = new
+    ref = node._retained.get(nr)
+    t = ref() if ref is not None else None
+    if t is not None and g is not None:
+        t.grad = g if grad_mode.state.enabled else g.detach()
+    return g
+
+
+def _leaf_hooks(node, g):
+    for hook in node.variable.__dict__.get("_hooks", ()):
+        new = hook(g)
+        if new is not None:
+            g = new
+    return g
+
+
+def run(
+    roots: list,
+    root_grads: list,
+    retain_graph: bool,
+    create_graph: bool,
+    capture: list | None = None,
+) -> list | None:
+    """Propagate ``root_grads`` from the ``roots`` edges through the graph.
+
+    With ``capture`` (a list of edges), gradients arriving at those edges are returned
+    instead of being accumulated into leaves (``autograd.grad``).
+    """
+    buffers: dict = {}
+    for (node, nr), g in zip(roots, root_grads):
+        if node is not None:
+            buf = buffers.setdefault(node, [None] * node.n_outputs)
+            buf[nr] = _add(buf[nr], g)
+    targets = {}
+    if capture is not None:
+        for i, (node, nr) in enumerate(capture):
+            if node is not None:
+                targets.setdefault((node, nr), []).append(i)
+    captured = [None] * (len(capture) if capture is not None else 0)
+    order = topological_order([n for n, _ in roots])
+    with grad_mode.set_grad_enabled(create_graph):
+        for node in order:
+            grads = buffers.pop(node, None)
+            if grads is None or all(g is None for g in grads):
+                continue
+            if isinstance(node, AccumulateGrad):
+                if capture is not None:
+                    for i in targets.get((node, 0), ()):
+                        captured[i] = _add(captured[i], _leaf_hooks(node, grads[0]))
+                    continue
+                node.apply([_leaf_hooks(node, grads[0])])
+                continue
+            grads = [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
+            for nr, g in enumerate(grads):
+                for i in targets.get((node, nr), ()):
+                    captured[i] = _add(captured[i], g)
+            for hook in node._prehooks:
+                new = hook(tuple(grads))
+                if new is not None:
+                    grads = list(new)
+            grad_inputs = node.apply(grads)
+            for hook in node._hooks:
+                new = hook(tuple(grad_inputs), tuple(grads))
+                if new is not None:
+                    grad_inputs = tuple(new)
+            if not retain_graph:
+                node.release()
+            for (child, nr), g in zip(node.next_functions, grad_inputs):
+                if child is not None and g is not None:
+                    buf = buffers.setdefault(child, [None] * child.n_outputs)
+                    buf[nr] = _add(buf[nr], g)
+    return captured if capture is not None else None
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, Tensor):
+        return [x]
+    return list(x)
+
+
+def _root_grads(outputs, grad_outputs, op: str) -> list:
+    from tensorplay._factories import ones_like  # noqa: PLC0415
+
+    grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
+    if len(grads) != len(outputs):
+        raise RuntimeError(f"{op}: got {len(grads)} gradients for {len(outputs)} outputs")
+    result = []
+    for i, (out, g) in enumerate(zip(outputs, grads)):
+        if not out.requires_grad:
+            raise RuntimeError(
+                f"element {i} of tensors does not require grad and does not have a grad_fn"
+            )
+        if g is None:
+            if out.numel() != 1:
+                raise RuntimeError(
+                    "grad can be implicitly created only for scalar outputs; "
+                    f"output {i} has shape {list(out.shape)}: pass gradient="
+                )
+            g = ones_like(out)
+        elif not isinstance(g, Tensor):
+            from tensorplay._factories import full_like  # noqa: PLC0415
+
+            g = full_like(out, g)
+        elif g._shape != out._shape:
+            raise RuntimeError(
+                f"{op}: mismatch in shape: grad_output[{i}] has a shape of "
+                f"{list(g._shape)} and output[{i}] has a shape of "
+                f"{list(out._shape)}."
+            )
+        result.append(g)
+    return result
+
+
+def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
+    """Accumulate d(tensors)/d(leaf) into ``leaf.grad`` for every leaf in the graph."""
+    outputs = _as_list(tensors)
+    grads = _root_grads(outputs, grad_tensors, "backward")
+    retain = create_graph if retain_graph is None else retain_graph
+    roots = [edge_of(t) for t in outputs]
+    if inputs is not None:
+        inputs = _as_list(inputs)
+        captured = run(roots, grads, retain, create_graph, capture=[edge_of(t) for t in inputs])
+        for t, g in zip(inputs, captured):
+            if g is not None:
+                t.grad = (g if create_graph else g.detach()) if t.grad is None else t.grad + g
+        return
+    run(roots, grads, retain, create_graph)
+
+
+def grad(
+    outputs,
+    inputs,
+    grad_outputs=None,
+    retain_graph=None,
+    create_graph=False,
+    allow_unused=None,
+    materialize_grads=False,
+):
+    """d(outputs)/d(inputs), returned as a tuple (``.grad`` fields are left alone)."""
+    outs, ins = _as_list(outputs), _as_list(inputs)
+    for i, t in enumerate(ins):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"grad(): inputs[{i}] must be a Tensor, got {type(t).__name__}")
+        if not t.requires_grad:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (inputs[{i}]) does not require grad"
+            )
+    grads = _root_grads(outs, grad_outputs, "grad")
+    retain = create_graph if retain_graph is None else retain_graph
+    captured = run(
+        [edge_of(t) for t in outs], grads, retain, create_graph, capture=[edge_of(t) for t in ins]
+    )
+    result = []
+    for i, (t, g) in enumerate(zip(ins, captured)):
+        if g is None:
+            if materialize_grads:
+                from tensorplay._factories import zeros_like  # noqa: PLC0415
+
+                g = zeros_like(t)
+            elif not allow_unused:
+                raise RuntimeError(
+                    f"One of the differentiated Tensors (inputs[{i}]) appears to "
+                    "not have been used in the graph. Set allow_unused=True if "
+                    "this is the desired behavior."
+                )
+        elif not create_graph:
+            g = g.detach()
+        result.append(g)
+    return tuple(result)
