@@ -50,6 +50,8 @@ class _NoAutograd:
     def needs_grad(items) -> bool:
         return False
 
+    needs_forward = needs_grad
+
 
 autograd_hooks = _NoAutograd  # replaced by the tensorplay.autograd._record module
 
@@ -230,8 +232,11 @@ def call(
         # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
         raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
     track = autograd_hooks.needs_grad(items)  # record the graph for this call?
+    dual = autograd_hooks.needs_forward(items)  # propagate forward-mode tangents?
     if row.kind == "view":
         result = _call_view(row, targs, params)
+        if dual:
+            autograd_hooks.forward(row, targs, params, result)
         return autograd_hooks.record(row, targs, params, result) if track else result
     if track and out is not None:
         autograd_hooks.check_out_arg(row, out)
@@ -255,7 +260,7 @@ def call(
         )
         if (
             inplace is not None
-            and not track
+            and not (track or dual)
             and row.ufunc is not None
             and cdt is odt
             and inplace.dtype is odt
@@ -270,6 +275,8 @@ def call(
                 result = _wrap_result(row, row.kernel(xp, *arrays, **params), odt, dev)
         except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise RuntimeError(f"{row.name}(): {e}") from e
+    if dual:
+        autograd_hooks.forward(row, targs, params, result, inplace)
     if track:
         if inplace is not None:
             autograd_hooks.record_inplace(row, targs, params, result, inplace)

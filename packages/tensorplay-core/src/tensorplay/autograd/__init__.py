@@ -1,8 +1,9 @@
 """Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
 
 from tensorplay import _dispatch
-from tensorplay.autograd import _record, graph, tensor_api
+from tensorplay.autograd import _record, forward_ad, graph, tensor_api
 from tensorplay.autograd.engine import backward, grad
+from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable
 from tensorplay.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -16,6 +17,10 @@ __all__ = [
     "backward",
     "grad",
     "graph",
+    "forward_ad",
+    "Function",
+    "FunctionCtx",
+    "once_differentiable",
     "no_grad",
     "enable_grad",
     "set_grad_enabled",

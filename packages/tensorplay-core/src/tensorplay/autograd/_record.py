@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
+from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
+    needs_forward,
+    propagate as forward,
+)
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
 
 

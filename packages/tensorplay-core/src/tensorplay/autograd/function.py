@@ -1,0 +1,297 @@
+"""``tp.autograd.Function``: a hand-written derivative for a step of your own.
+
+``Function.apply`` runs ``forward`` with grad mode off, then (if any input requires
+grad) installs a ``BackwardCFunction`` node whose ``apply`` calls your ``backward``.
+Both PyTorch styles work: ``forward(ctx, *args)``, or ``forward(*args)`` plus
+``setup_context(ctx, inputs, output)``. ``jvp`` makes the function work in
+forward mode too.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tensorplay._tensor import Tensor
+from tensorplay.autograd import forward_ad, grad_mode
+from tensorplay.autograd._record import sum_to
+from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+
+
+class FunctionCtx:
+    """The ``ctx`` of a Function: saved tensors, flags, and any attribute you set."""
+
+    def __init__(self):
+        self._to_save: tuple = ()
+        self._saved: list | None = None
+        self._for_forward: tuple = ()
+        self._in_jvp = False
+        self._dirty: tuple = ()
+        self._non_differentiable: tuple = ()
+        self.materialize_grads = True
+        self.needs_input_grad: tuple = ()
+        self._node = None
+
+    def save_for_backward(self, *tensors) -> None:
+        """Keep ``tensors`` (inputs, outputs or None) for ``backward`` as ``saved_tensors``."""
+        for i, t in enumerate(tensors):
+            if t is not None and not isinstance(t, Tensor):
+                raise TypeError(
+                    f"save_for_backward can only save variables, but argument {i} "
+                    f"is not a Tensor or None (got {type(t).__name__})"
+                )
+        self._to_save = tensors
+
+    def save_for_forward(self, *tensors) -> None:
+        """Keep ``tensors`` for ``jvp`` (read there as ``saved_tensors``)."""
+        self._for_forward = tensors
+
+    @property
+    def saved_tensors(self) -> tuple:
+        if self._in_jvp:
+            return tuple(self._for_forward)
+        if self._saved is None:
+            if self._node is not None and self._node._released:
+                from tensorplay.autograd._record import _FREED  # noqa: PLC0415
+
+                raise RuntimeError(_FREED)
+            return tuple(self._to_save)
+        name = self._node.name() if self._node is not None else "Function"
+        return tuple(None if s is None else s.unpack(name) for s in self._saved)
+
+    def mark_dirty(self, *tensors) -> None:
+        """Declare inputs that ``forward`` modified in place (they must be returned)."""
+        self._dirty = tensors
+
+    def mark_non_differentiable(self, *tensors) -> None:
+        """Declare outputs that carry no gradient (``requires_grad=False``)."""
+        self._non_differentiable = tensors
+
+    def set_materialize_grads(self, value: bool) -> None:
+        """False: ``backward`` receives None (not zeros) for outputs that got no gradient."""
+        self.materialize_grads = bool(value)
+
+
+class BackwardCFunction(Node):
+    """The node a Function installs: calls ``cls.backward`` and checks what it returns."""
+
+    def __init__(self, cls, ctx, inputs: tuple, outputs_meta: list):
+        super().__init__(
+            tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs),
+            n_outputs=len(outputs_meta),
+        )
+        self.cls, self.ctx = cls, ctx
+        self._inputs_meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
+        self._outputs_meta = outputs_meta
+
+    def name(self) -> str:
+        return f"{self.cls.__name__}Backward"
+
+    def release(self) -> None:
+        self._released = True
+        self.ctx._saved = None
+
+    def apply(self, grad_outputs):
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        if self.ctx.materialize_grads:
+            grad_outputs = [
+                g
+                if g is not None or meta is None
+                else zeros(meta[0], dtype=meta[1], device=meta[2])
+                for g, meta in zip(grad_outputs, self._outputs_meta)
+            ]
+        grads = self.cls.backward(self.ctx, *grad_outputs)
+        if not isinstance(grads, tuple):
+            grads = (grads,)
+        n = len(self._inputs_meta)
+        if len(grads) < n or any(g is not None for g in grads[n:]):
+            raise RuntimeError(
+                f"function {self.name()} returned an incorrect number of "
+                f"gradients (expected {n}, got {len(grads)})"
+            )
+        return tuple(
+            self._check(i, g, meta) for i, (g, meta) in enumerate(zip(grads[:n], self._inputs_meta))
+        )
+
+    def _check(self, i, g, meta):
+        if g is None or meta is None:
+            return None
+        if not isinstance(g, Tensor):
+            raise TypeError(
+                f"function {self.name()} returned a gradient of type "
+                f"{type(g).__name__} at index {i}; expected a Tensor or None"
+            )
+        shape, dt = meta
+        if g._shape != shape:
+            try:
+                fitted = sum_to(g, shape)
+            except RuntimeError:
+                fitted = None
+            if fitted is None or fitted._shape != shape:
+                raise RuntimeError(
+                    f"Function {self.name()} returned an invalid gradient at index "
+                    f"{i} - got {list(g._shape)} but expected shape compatible "
+                    f"with {list(shape)}"
+                )
+            g = fitted
+        return g if g.dtype is dt else g.to(dt)
+
+
+class _DelayedError(Node):
+    """Stands for the derivative of a once_differentiable backward: using it is an error."""
+
+    def __init__(self, msg, inputs):
+        super().__init__(tuple(edge_of(x) for x in inputs))
+        self.msg = msg
+
+    def apply(self, grad_outputs):
+        raise RuntimeError(self.msg)
+
+
+def once_differentiable(backward):
+    """Decorate a ``backward`` that is not itself differentiable (e.g. it calls numpy):
+    it runs without recording, and differentiating its result again is an error."""
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grad_outputs):
+        with grad_mode.no_grad():
+            results = backward(ctx, *grad_outputs)
+        if not grad_mode.state.enabled:
+            return results
+        needing = [g for g in grad_outputs if isinstance(g, Tensor) and g.requires_grad]
+        if not needing:
+            return results
+        err = _DelayedError(
+            "trying to differentiate twice a function that was marked with @once_differentiable",
+            needing,
+        )
+        single = not isinstance(results, tuple)
+        out = []
+        for r in (results,) if single else results:
+            if isinstance(r, Tensor) and (r.dtype.is_floating_point or r.dtype.is_complex):
+                r = r.detach()
+                r.requires_grad, r.grad_fn = True, err
+            out.append(r)
+        return out[0] if single else tuple(out)
+
+    return wrapper
+
+
+class Function:
+    """Subclass with static ``forward`` and ``backward`` (and optionally ``setup_context``,
+    ``jvp``); call with ``MyFunction.apply(*args)``."""
+
+    @staticmethod
+    def forward(*args, **kwargs):
+        raise NotImplementedError(
+            "You must implement the forward function for custom autograd.Function."
+        )
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        raise NotImplementedError("setup_context is not overridden")
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        raise NotImplementedError(
+            "You must implement either the backward or vjp method for "
+            "your custom autograd.Function to use it with backward mode "
+            "AD."
+        )
+
+    @staticmethod
+    def jvp(ctx, *grad_inputs):
+        raise NotImplementedError(
+            "You must implement the jvp function for custom "
+            "autograd.Function to use it with forward mode AD."
+        )
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError(
+            "Function is not meant to be instantiated: call "
+            f"{type(self).__name__}.apply(...) instead"
+        )
+
+    @classmethod
+    def apply(cls, *args, **kwargs):
+        ctx = FunctionCtx()
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        recording = grad_mode.state.enabled
+        ctx.needs_input_grad = tuple(
+            isinstance(a, Tensor) and a.requires_grad and recording for a in args
+        )
+        separate = cls.setup_context is not Function.setup_context
+        with grad_mode.no_grad():
+            if separate:
+                output = cls.forward(*args, **kwargs)
+                cls.setup_context(ctx, args, output)
+            else:
+                output = cls.forward(ctx, *args, **kwargs)
+        single = not isinstance(output, tuple)
+        outputs = list((output,) if single else output)
+        if any(ctx.needs_input_grad):
+            outputs = _connect(cls, ctx, args, outputs)
+        elif ctx._to_save:
+            ctx._saved = [None if t is None else SavedTensor(t) for t in ctx._to_save]
+        if forward_ad.needs_forward(tensors):
+            _forward_mode(cls, ctx, args, outputs)
+        return outputs[0] if single else tuple(outputs)
+
+
+def _connect(cls, ctx, args, outputs):
+    """Install the backward node and make the outputs point at it."""
+    inputs = list(args)
+    meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outputs]
+    node = BackwardCFunction(cls, ctx, tuple(inputs), meta)
+    ctx._node = node
+    non_diff = {id(t) for t in ctx._non_differentiable}
+    dirty = {id(t) for t in ctx._dirty}
+    arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
+    result = []
+    for i, o in enumerate(outputs):
+        if not isinstance(o, Tensor):
+            result.append(o)
+            continue
+        if id(o) in arg_ids and id(o) not in dirty:
+            o = o.detach()  # an input returned as-is: the output is a new tensor (alias)
+        elif id(o) in dirty and o.grad_fn is None and o.requires_grad:
+            raise RuntimeError(
+                "a leaf Variable that requires grad has been used in an in-place "
+                "operation (marked dirty in a custom Function)."
+            )
+        if id(outputs[i]) in non_diff or not (o.dtype.is_floating_point or o.dtype.is_complex):
+            o.requires_grad = False
+        else:
+            o.requires_grad, o.grad_fn, o._output_nr = True, node, i
+            if id(outputs[i]) in dirty:
+                o._bump_version()
+        result.append(o)
+    ctx._saved = [
+        None if t is None else SavedTensor(_resolve(t, outputs, result), node) for t in ctx._to_save
+    ]
+    return result
+
+
+def _resolve(t, before, after):
+    """A saved output is the tensor handed back to the caller (which carries the node)."""
+    for b, a in zip(before, after):
+        if t is b:
+            return a
+    return t
+
+
+def _forward_mode(cls, ctx, args, outputs):
+    tangents = [forward_ad.tangent_of(a) if isinstance(a, Tensor) else None for a in args]
+    ctx._in_jvp = True
+    forward_ad.state.busy = True
+    try:
+        out_t = cls.jvp(ctx, *tangents)
+    finally:
+        forward_ad.state.busy = False
+        ctx._in_jvp = False
+    tans = out_t if isinstance(out_t, tuple) else (out_t,)
+    for o, t in zip(outputs, tans):
+        if isinstance(o, Tensor) and t is not None:
+            o._fw_tangent = t
