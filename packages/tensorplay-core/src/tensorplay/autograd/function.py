@@ -10,6 +10,7 @@ forward mode too.
 from __future__ import annotations
 
 import functools
+import weakref
 
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import forward_ad, grad_mode
@@ -31,7 +32,7 @@ class FunctionCtx:
         self._non_differentiable: tuple = ()
         self.materialize_grads = True
         self.needs_input_grad: tuple = ()
-        self._node = None
+        self._node = None  # weakref to the BackwardCFunction node
 
     def save_for_backward(self, *tensors) -> None:
         """Keep ``tensors`` (inputs, outputs or None) for ``backward`` as ``saved_tensors``."""
@@ -51,13 +52,14 @@ class FunctionCtx:
     def saved_tensors(self) -> tuple:
         if self._in_jvp:
             return tuple(self._for_forward)
+        node = self._node() if self._node is not None else None
         if self._saved is None:
-            if self._node is not None and self._node._released:
+            if node is not None and node._released:
                 from tensorplay.autograd._record import _FREED  # noqa: PLC0415
 
                 raise RuntimeError(_FREED)
             return tuple(self._to_save)
-        name = self._node.name() if self._node is not None else "Function"
+        name = node.name() if node is not None else "Function"
         return tuple(None if s is None else s.unpack(name) for s in self._saved)
 
     def mark_dirty(self, *tensors) -> None:
@@ -245,7 +247,7 @@ def _connect(cls, ctx, args, outputs):
     inputs = list(args)
     meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outputs]
     node = BackwardCFunction(cls, ctx, tuple(inputs), meta)
-    ctx._node = node
+    ctx._node = weakref.ref(node)  # the node owns ctx; a strong ref back would be a cycle
     non_diff = {id(t) for t in ctx._non_differentiable}
     dirty = {id(t) for t in ctx._dirty}
     arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
