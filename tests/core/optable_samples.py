@@ -426,6 +426,19 @@ def _reduction(dims=(None, 0, -1, (0, 1)), extra=({},), empty_dims=(1,)):
     return gen
 
 
+def _with_zeros(gen, dims):
+    """prod/cumprod samples plus inputs holding zeros (one, and two, in a slice): their
+    gradients cannot be out / input there."""
+
+    def wrapped(row, dt, rng):
+        yield from gen(row, dt, rng)
+        for dim in dims:
+            x = tp.tensor([[0, 2, 3, 1], [1, 0, 2, 1], [0, 0, 2, 3]], dtype=dt)
+            yield Sample((x,), {} if dim is None else {"dim": dim}, f"zeros_dim{dim}")
+
+    return wrapped
+
+
 def _dim_reduction(row, dt, rng):
     """argmax/argmin/max_dim/min_dim: an int dim (argmax also None)."""
     dims = (None, 0, -1, 1) if row.name.startswith("arg") else (0, -1, 1)
@@ -556,7 +569,7 @@ _NAMED = {
     "round": _round,
     "isclose": _isclose,
     "cumsum": _scan,
-    "cumprod": _scan,
+    "cumprod": _with_zeros(_scan, (0, 1)),
     "softmax": _softmax,
     "log_softmax": _softmax,
     "matmul": _matmul,
@@ -574,7 +587,7 @@ _NAMED = {
     "clone": _copylike,
     "contiguous_copy": _copylike,
     "sum": _reduction(extra=({}, {"dtype": tp.float64})),
-    "prod": _reduction(extra=({}, {"dtype": tp.float64})),
+    "prod": _with_zeros(_reduction(extra=({}, {"dtype": tp.float64})), (None, 0, 1, (0, 1))),
     "mean": _reduction(),
     "amax": _reduction(empty_dims=(1,)),
     "amin": _reduction(empty_dims=(1,)),
@@ -956,6 +969,7 @@ REF = {
     "minimum": np.minimum,
     "maximum": np.maximum,
     "neg": np.negative,
+    "conj": np.conj,
     "abs": np.abs,
     "sign": lambda x: np.sign(x) if np.asarray(x).dtype.kind != "b" else x,
     "reciprocal": _f1(lambda x: 1 / x),

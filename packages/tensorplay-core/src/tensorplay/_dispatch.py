@@ -38,6 +38,16 @@ class _State:
     """
 
     plain = True
+    _blockers = 0
+
+    def block(self) -> None:
+        """A layer that must see every call is now active (nests)."""
+        self._blockers += 1
+        self.plain = False
+
+    def unblock(self) -> None:
+        self._blockers -= 1
+        self.plain = self._blockers == 0
 
 
 state = _State()

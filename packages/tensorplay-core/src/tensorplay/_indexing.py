@@ -122,14 +122,38 @@ def _check_advanced_bounds(index, shape):
         d += 1
 
 
+def _differentiated(t: Tensor) -> bool:
+    return t.requires_grad or "_fw_tangent" in t.__dict__
+
+
+def _grad_on() -> bool:
+    from tensorplay.autograd import forward_ad, grad_mode  # noqa: PLC0415
+
+    return grad_mode.state.enabled or forward_ad.state.level is not None
+
+
+def _index_op(t: Tensor, arrays: tuple) -> Tensor:
+    """Advanced indexing as an op-table row (``index``), so autograd records it."""
+    from tensorplay._dispatch import OPS  # noqa: PLC0415
+
+    return OPS["index"].fn(t, indices=arrays)
+
+
 def getitem(t: Tensor, index):
     index = _normalize(index)
     if all(_is_basic(i) for i in index):
         index = _expand_ellipsis(index, t.dim())
-        return make_view(t, *basic_geometry(t, index))
+        geometry = basic_geometry(t, index)
+        if _differentiated(t):  # through the as_strided row, so autograd records the view
+            from tensorplay._dispatch import OPS  # noqa: PLC0415
+
+            return OPS["as_strided"].fn(t, *geometry)
+        return make_view(t, *geometry)
     index = _expand_ellipsis(index, t.dim())
     arrays = tuple(_to_array(i, t) for i in index)
     _check_advanced_bounds(arrays, t._shape)
+    if _differentiated(t) and _grad_on():
+        return _index_op(t, arrays)
     if t._data is None:
         probe = np.broadcast_to(np.empty((), np.int8), t._shape)[arrays]
         return empty_tensor(probe.shape, t.dtype, t.device)

@@ -10,13 +10,17 @@ operators; tests are generated from the same rows (``tests/core``). The
 from __future__ import annotations
 
 import functools
+import inspect
 import math
+import operator
 from collections import namedtuple
 
 import numpy as np
 
+import tensorplay as tp
 from tensorplay import _meta as M, _views as V
-from tensorplay._dispatch import OpDef, register
+from tensorplay._dispatch import OPS, OpDef, call, register
+from tensorplay._tensor import Tensor
 
 ROWS: list[OpDef] = []
 
@@ -41,6 +45,290 @@ def _bool():
     from tensorplay import _dtype  # noqa: PLC0415
 
     return _dtype.bool
+
+
+# ---- derivatives: the vjp / jvp columns --------------------------------------------------
+#
+# vjp(ctx, grad) -> one gradient per tensor input of the row (None where an input is a
+# number or needs none); jvp(ctx, *tangents) -> the output's tangent (tangents align with the
+# inputs, None meaning zero). ``ctx`` has ``inputs`` (as passed), ``params`` and ``out``.
+# Gradients may come back broadcast: autograd sums them to each input's shape. Formulas use
+# TensorPlay ops only, so that they are themselves differentiated (create_graph=True).
+# Complex follows PyTorch: the gradient is the conjugate Wirtinger derivative, so a
+# holomorphic op with derivative d(x) has vjp grad * conj(d) and jvp tangent * d.
+
+
+def _conj(x):
+    if isinstance(x, Tensor):
+        return x.conj() if x.dtype.is_complex else x
+    return x.conjugate() if isinstance(x, complex) else x
+
+
+def _needs(ctx) -> tuple:
+    """Which inputs want a gradient (autograd knows: the saved tensors a hook unpacks need
+    not say so themselves)."""
+    return ctx.needs_input_grad
+
+
+def _takes_out(fn) -> bool:
+    """Does a derivative formula name ``out`` (the op's result) among its parameters? Only
+    then is the saved result read: reading it checks that no in-place op changed it since,
+    and a formula that does not need it must not fail that check (``y = x * 2; y.mul_(3)``)."""
+    return "out" in inspect.signature(fn).parameters
+
+
+def _times(g, d):
+    return g if isinstance(d, (int, float)) and not isinstance(d, bool) and d == 1 else g * d
+
+
+def _total(terms):
+    terms = [t for t in terms if t is not None]
+    return functools.reduce(operator.add, terms) if terms else None
+
+
+def _pointwise(*partials):
+    """vjp and jvp of a pointwise op from its partial derivatives, one per input, each
+    ``d(*inputs, out, **params)`` (a tensor or a number)."""
+
+    def partial(d, ctx):
+        out = (ctx.out,) if _takes_out(d) else ()
+        return d(*ctx.inputs, *out, **ctx.params)
+
+    def vjp(ctx, grad):
+        return tuple(
+            _times(grad, _conj(partial(d, ctx))) if needed else None
+            for d, needed in zip(partials, _needs(ctx))
+        )
+
+    def jvp(ctx, *tangents):
+        return _total(
+            _times(t, partial(d, ctx)) for d, t in zip(partials, tangents) if t is not None
+        )
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
+def _linear_pair(sign):
+    """add/sub (``a + sign * alpha * b``): derivatives are constants, so no saved input is
+    read (and an in-place change of an input after the op does not invalidate backward)."""
+
+    def vjp(ctx, grad):
+        need_a, need_b = _needs(ctx)
+        k = sign * ctx.params["alpha"]
+        return (grad if need_a else None, _times(grad, _conj(k)) if need_b else None)
+
+    def jvp(ctx, ta, tb=None):
+        k = sign * ctx.params["alpha"]
+        return _total([ta, _times(tb, k) if tb is not None else None])
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
+# piecewise constant (floor, sign, rounded division): zero almost everywhere, as in torch
+_ZERO = {
+    "vjp": lambda ctx, grad: tuple(tp.zeros_like(grad) if n else None for n in _needs(ctx)),
+    "jvp": lambda ctx, *tangents: tp.zeros_like(ctx.out),
+}
+
+
+def _real_jvp(rule):
+    """``rule``'s jvp, refused for complex inputs: a real-valued function of a complex
+    input has tangent Re(d * t), and TensorPlay has no ``real`` op to write it with."""
+
+    def jvp(ctx, *tangents):
+        if any(isinstance(x, Tensor) and x.dtype.is_complex for x in _flat(ctx.inputs)):
+            raise NotImplementedError(
+                "the forward-mode derivative of a real-valued op of a complex input "
+                "(abs, var, std, norm) is not implemented"
+            )
+        return rule["jvp"](ctx, *tangents)
+
+    return {"vjp": rule["vjp"], "jvp": jvp}
+
+
+def _flat(inputs):
+    return [y for x in inputs for y in (x if isinstance(x, (list, tuple)) else (x,))]
+
+
+def _same_op(name):
+    """The jvp of an op linear in its first input: the op itself, applied to the tangent."""
+
+    def jvp(ctx, t, *rest):
+        return None if t is None else call(OPS[name], (t, *ctx.inputs[1:]), ctx.params)
+
+    return jvp
+
+
+def _bilinear(name):
+    """The jvp of an op linear in each of its two inputs: f(ta, b) + f(a, tb)."""
+
+    def jvp(ctx, ta, tb=None):
+        a, b = ctx.inputs
+        f = OPS[name].fn
+        return _total([f(ta, b) if ta is not None else None, f(a, tb) if tb is not None else None])
+
+    return jvp
+
+
+def _sgn(x):
+    """x / |x| (0 at 0): the gradient of |x| (torch's sgn; sign for real x)."""
+    return tp.where(x == 0, 0, x / x.abs()) if x.dtype.is_complex else x.sign()
+
+
+def _axes_of(x, dim):
+    # a 0-d input accepts dim 0 / -1 but has no axis to name
+    return M.reduce_dims(dim, x.dim(), "backward") if x.dim() else ()
+
+
+def _unreduce(g, x, dim, keepdim=False):
+    """A reduction's output (or gradient) broadcast back over the input's shape."""
+    kept = M.reduced_shape(tuple(x.shape), _axes_of(x, dim), True)
+    return g.reshape(kept).expand(*x.shape)
+
+
+def _reduction(partial, *, dim_param="dim"):
+    """vjp and jvp of a reduction from its elementwise partial ``partial(x, out, axes,
+    **params)`` (``out`` broadcast back over x): vjp = grad * conj(partial),
+    jvp = sum(partial * tangent) over the reduced dims."""
+
+    def parts(ctx):
+        x, dim = ctx.inputs[0], ctx.params.get(dim_param)
+        out = (_unreduce(ctx.out, x, dim),) if _takes_out(partial) else ()
+        return x, dim, partial(x, *out, _axes_of(x, dim), **ctx.params)
+
+    def vjp(ctx, grad):
+        x, dim, d = parts(ctx)
+        return (_unreduce(grad, x, dim) * _conj(d),)
+
+    def jvp(ctx, t):
+        if t is None:
+            return None
+        x, dim, d = parts(ctx)
+        return (d * t).sum(dim=dim, keepdim=ctx.params.get("keepdim", False))
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
+def _numel_over(shape, axes) -> int:
+    return math.prod(shape[i] for i in axes)
+
+
+def _flip(x, d):
+    return x.index_select(d, tp.arange(x.shape[d] - 1, -1, -1, device=x.device))
+
+
+def _exclusive_cumprod(x, d):
+    """prod(x[..:i]) along d (1 first): products of the elements before each one."""
+    ones = tp.ones_like(x.narrow(d, 0, 1))
+    return tp.cat([ones, x.narrow(d, 0, x.shape[d] - 1)], d).cumprod(d)
+
+
+def _prod_of_others(x, axes):
+    """For each element, the product of the other elements of its reduced slice (exact when
+    x holds zeros, where out / x is not): exclusive products from the left and the right."""
+    k = len(axes)
+    moved = x.movedim(axes, tuple(range(-k, 0))) if k else x
+    flat = moved.reshape(*moved.shape[: moved.dim() - k], -1)
+    others = _exclusive_cumprod(flat, -1) * _flip(_exclusive_cumprod(_flip(flat, -1), -1), -1)
+    return others.reshape(moved.shape).movedim(tuple(range(-k, 0)), axes) if k else others
+
+
+def _prod_partial(x, out, axes, **_):
+    if x.dim() == 0 or x.numel() == 0:
+        return tp.ones_like(x)
+    return _prod_of_others(x, axes) if bool((x == 0).any()) else out / x
+
+
+def _ties_partial(x, out, axes, **_):
+    # amax/amin: the gradient is shared evenly by the elements equal to the extreme (torch)
+    hit = x == out
+    return hit / hit.sum(dim=axes, keepdim=True)
+
+
+def _ddof(unbiased=None, correction=None, **_):
+    return correction if correction is not None else (0 if unbiased is False else 1)
+
+
+def _var_partial(x, axes, unbiased=None, correction=None, **_):
+    n = max(_numel_over(tuple(x.shape), axes) - _ddof(unbiased, correction), 0)
+    return 2 * _conj(x - x.mean(dim=axes, keepdim=True)) / n
+
+
+def _masked_over(num, den):
+    """num / den, 0 where den == 0. The inner where keeps 1/0 out of the graph: otherwise the
+    second derivative would be 0 * inf = nan there."""
+    zero = den == 0
+    return tp.where(zero, 0.0, num / tp.where(zero, 1.0, den))
+
+
+def _std_partial(x, out, axes, **params):
+    # d sqrt(var) = d var / (2 std); 0 where std is 0 (torch masks it the same way)
+    return _var_partial(x, axes, **params) * _masked_over(0.5, out)
+
+
+def _norm_partial(x, out, axes, p="fro", **_):
+    a, s = x.abs(), _conj(_sgn(x))
+    if p in ("fro", 2, 2.0):
+        return _masked_over(a, out) * s  # 0 at a zero norm, like torch
+    if p == 1:
+        return s
+    if p == 0:
+        return tp.zeros_like(a)
+    if p in (math.inf, -math.inf, "inf", "-inf"):
+        return _ties_partial(a, out, axes) * s
+    return _masked_over(a, out) ** (p - 1) * s
+
+
+def _matmul_vjp(ctx, grad):
+    # 1-D operands act as a row (left) / column (right) matrix; batch dimensions that were
+    # broadcast are summed by autograd (fit_grad)
+    a, b = ctx.inputs
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    g = grad.unsqueeze(-1) if b.dim() == 1 else grad
+    g = g.unsqueeze(-2) if a.dim() == 1 else g
+    ga = g @ _conj(b2).mT if _needs(ctx)[0] else None
+    gb = _conj(a2).mT @ g if _needs(ctx)[1] else None
+    if ga is not None and a.dim() == 1:
+        ga = ga.squeeze(-2)
+    if gb is not None and b.dim() == 1:
+        gb = gb.squeeze(-1)
+    return ga, gb
+
+
+def _positions(name, x, params):
+    """The flat index into x of each element of x's view by row ``name`` (a tuple of index
+    tensors for multi-output views): the view applied to ``arange(x.numel())``."""
+    index = tp.arange(x.numel(), device=x.device).reshape(x.shape)
+    if name == "as_strided":
+        if not x.is_contiguous():
+            raise NotImplementedError(
+                "as_strided: the gradient for a non-contiguous input is not implemented; "
+                "call .contiguous() on it first"
+            )
+        off = params.get("storage_offset")
+        params = dict(params, storage_offset=None if off is None else off - x.storage_offset())
+    return call(OPS[name], (index,), params)
+
+
+def _by_positions(name):
+    """vjp and jvp of view ``name`` through the flat positions it reads: the gradient is
+    scattered (added, for overlapping views) into zeros shaped like the input; the tangent
+    is gathered from them. Both are TensorPlay ops, so this is differentiable too."""
+
+    def vjp(ctx, grad):
+        x = ctx.inputs[0]
+        pos = _positions(name, x, ctx.params).reshape(-1)
+        flat = tp.zeros(x.numel(), dtype=grad.dtype, device=grad.device)
+        return (flat.scatter(0, pos, grad.reshape(-1), reduce="add").reshape(x.shape),)
+
+    def jvp(ctx, t):
+        if t is None:
+            return None
+        pos = _positions(name, ctx.inputs[0], ctx.params)
+        return t.reshape(-1).index_select(0, pos.reshape(-1)).reshape(pos.shape)
+
+    return {"vjp": vjp, "jvp": jvp}
 
 
 def unary(name, kernel=None, *, ufunc=None, dtype=M.same, allow="bifc", **kw):
@@ -153,6 +441,7 @@ binary(
     params="input, other, *, alpha=1",
     ufunc="add",
     dunders=("__add__", "__radd__", "__iadd__"),
+    **_linear_pair(1),
 )
 
 
@@ -189,8 +478,24 @@ binary(
     allow="ifc",
     shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
     dunders=("__sub__", "__rsub__", "__isub__"),
+    **_linear_pair(-1),
 )
-binary("mul", ufunc="multiply", dunders=("__mul__", "__rmul__", "__imul__"))
+binary(
+    "mul",
+    ufunc="multiply",
+    dunders=("__mul__", "__rmul__", "__imul__"),
+    vjp=_pointwise(lambda a, b: b, lambda a, b: a)["vjp"],
+    jvp=_bilinear("mul"),
+)
+
+
+def _reciprocal(b):
+    # a Python 0 divisor: x / 0 is inf (a tensor op), and so is its derivative
+    if isinstance(b, Tensor):
+        return 1 / b
+    return 1 / b if b != 0 else math.inf
+
+
 binary(
     "div",
     _div,
@@ -198,52 +503,144 @@ binary(
     ufunc="true_divide",
     dtype=_div_dtype,
     dunders=("__truediv__", "__rtruediv__", "__itruediv__"),
+    # rounded quotients are piecewise constant: zero gradient (torch)
+    **_pointwise(
+        lambda a, b, rounding_mode=None: 0 if rounding_mode else _reciprocal(b),
+        lambda a, b, out, rounding_mode=None: 0 if rounding_mode else -out / b,
+    ),
 )
 binary(
     "floor_divide",
     _floor_divide,
     allow="if",
     dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"),
+    **_ZERO,
 )
-binary("remainder", _remainder, allow="if", dunders=("__mod__", "__rmod__", "__imod__"))
+binary(
+    "remainder",
+    _remainder,
+    allow="if",
+    dunders=("__mod__", "__rmod__", "__imod__"),
+    # a - b * floor(a / b): the floor is piecewise constant
+    **_pointwise(lambda a, b: 1, lambda a, b: -(a // b)),
+)
+
+
+def _pow_dbase(a, b):
+    # b * a**(b-1), but 0 where b == 0: x**0 is constant, even at x == 0 where 0 * 0**-1 = nan
+    if not isinstance(b, Tensor):
+        return 0 if b == 0 else b * a ** (b - 1)
+    return tp.where(b == 0, 0.0, b * a ** (b - 1))
+
+
+def _pow_dexp(a, b, out):
+    # out * log(a), but 0 where a == 0 and b >= 0 (0**b is constant there; log(0) = -inf);
+    # complex exponents have no order: there only a == 0 counts
+    log_a = a.log() if isinstance(a, Tensor) else tp.full_like(out, a).log()
+    constant = (a == 0) if b.dtype.is_complex else (b >= 0) & (a == 0)
+    return tp.where(constant, 0.0, out * log_a)
+
+
 binary(
     "pow",
     _pow,
     params="input, exponent",
     shape=_pow_shape,
     dunders=("__pow__", "__rpow__", "__ipow__"),
+    **_pointwise(_pow_dbase, _pow_dexp),
 )
-binary("atan2", ufunc="arctan2", dtype=M.to_float, allow="bif")
-binary("minimum", ufunc="minimum", allow="bif")
-binary("maximum", ufunc="maximum", allow="bif")
-unary("neg", ufunc="negative", allow="ifc", dunders=("__neg__",))
-unary("abs", ufunc="absolute", dtype=M.to_real, allow="ifc", dunders=("__abs__",))
-unary("sign", lambda xp, a: xp.sign(a) if a.dtype.kind != "b" else a, allow="bif")
-unary("reciprocal", lambda xp, a: xp.reciprocal(a), dtype=M.to_float)
-unary("sqrt", ufunc="sqrt", dtype=M.to_float)
-unary("rsqrt", lambda xp, a: 1 / xp.sqrt(a), dtype=M.to_float)
-unary("square", ufunc="square", dtype=_square_dtype)
+binary(
+    "atan2",
+    ufunc="arctan2",
+    dtype=M.to_float,
+    allow="bif",
+    **_pointwise(lambda a, b: b / (a * a + b * b), lambda a, b: -a / (a * a + b * b)),
+)
+
+
+def _tie_split(wins, ties):
+    # minimum/maximum: where both inputs are equal each gets half the gradient (torch)
+    return tp.where(ties, 0.5, wins)
+
+
+binary(
+    "minimum",
+    ufunc="minimum",
+    allow="bif",
+    **_pointwise(lambda a, b: _tie_split(b > a, b == a), lambda a, b: _tie_split(b < a, b == a)),
+)
+binary(
+    "maximum",
+    ufunc="maximum",
+    allow="bif",
+    **_pointwise(lambda a, b: _tie_split(b < a, b == a), lambda a, b: _tie_split(b > a, b == a)),
+)
+unary(
+    "neg",
+    ufunc="negative",
+    allow="ifc",
+    dunders=("__neg__",),
+    vjp=lambda ctx, grad: (-grad,),
+    jvp=_same_op("neg"),
+)
+unary(
+    "conj",
+    lambda xp, a: xp.conjugate(a) if a.dtype.kind == "c" else a.copy(),
+    inplace=False,
+    vjp=lambda ctx, grad: (grad.conj(),),
+    jvp=_same_op("conj"),
+)
+unary(
+    "abs",
+    ufunc="absolute",
+    dtype=M.to_real,
+    allow="ifc",
+    dunders=("__abs__",),
+    # NOTE: sgn(0) = 0: the gradient of |x| at 0 is 0, as in torch
+    **_real_jvp(_pointwise(lambda x: _conj(_sgn(x)))),
+)
+unary(
+    "sign",
+    lambda xp, a: xp.sign(a) if a.dtype.kind != "b" else a,
+    allow="bif",
+    **_ZERO,
+)
+unary(
+    "reciprocal",
+    lambda xp, a: xp.reciprocal(a),
+    dtype=M.to_float,
+    **_pointwise(lambda x, out: -out * out),
+)
+unary("sqrt", ufunc="sqrt", dtype=M.to_float, **_pointwise(lambda x, out: 0.5 / out))
+unary(
+    "rsqrt",
+    lambda xp, a: 1 / xp.sqrt(a),
+    dtype=M.to_float,
+    **_pointwise(lambda x, out: -0.5 * out * out * out),
+)
+unary("square", ufunc="square", dtype=_square_dtype, **_pointwise(lambda x: 2 * x))
 
 # ---- transcendental -----------------------------------------------------------------------
-for _name, _uf in [
-    ("exp", "exp"),
-    ("exp2", "exp2"),
-    ("expm1", "expm1"),
-    ("log", "log"),
-    ("log2", "log2"),
-    ("log10", "log10"),
-    ("log1p", "log1p"),
-    ("sin", "sin"),
-    ("cos", "cos"),
-    ("tan", "tan"),
-    ("asin", "arcsin"),
-    ("acos", "arccos"),
-    ("atan", "arctan"),
-    ("sinh", "sinh"),
-    ("cosh", "cosh"),
-    ("tanh", "tanh"),
+# name, ufunc, derivative d(x, out)
+for _name, _uf, _d in [
+    ("exp", "exp", lambda x, out: out),
+    ("exp2", "exp2", lambda x, out: out * math.log(2)),
+    ("expm1", "expm1", lambda x, out: out + 1),
+    ("log", "log", lambda x: 1 / x),
+    ("log2", "log2", lambda x: 1 / (x * math.log(2))),
+    ("log10", "log10", lambda x: 1 / (x * math.log(10))),
+    ("log1p", "log1p", lambda x: 1 / (x + 1)),
+    ("sin", "sin", lambda x: x.cos()),
+    ("cos", "cos", lambda x: -x.sin()),
+    ("tan", "tan", lambda x, out: 1 + out * out),
+    ("asin", "arcsin", lambda x: (1 - x * x).rsqrt()),
+    ("acos", "arccos", lambda x: -(1 - x * x).rsqrt()),
+    ("atan", "arctan", lambda x: 1 / (1 + x * x)),
+    ("sinh", "sinh", lambda x: x.cosh()),
+    ("cosh", "cosh", lambda x: x.sinh()),
+    ("tanh", "tanh", lambda x, out: 1 - out * out),
 ]:
-    unary(_name, ufunc=_uf, dtype=M.to_float)
+    unary(_name, ufunc=_uf, dtype=M.to_float, **_pointwise(_d))
 
 
 def _erf(xp, a):
@@ -271,8 +668,14 @@ def _sigmoid(xp, a):
     return xp.exp(-xp.logaddexp(0, -a)) if a.dtype.kind != "c" else 1 / (1 + xp.exp(-a))
 
 
-unary("sigmoid", _sigmoid, dtype=M.to_float)
-unary("erf", _erf, dtype=M.to_float, allow="bif")
+unary("sigmoid", _sigmoid, dtype=M.to_float, **_pointwise(lambda x, out: out * (1 - out)))
+unary(
+    "erf",
+    _erf,
+    dtype=M.to_float,
+    allow="bif",
+    **_pointwise(lambda x: 2 / math.sqrt(math.pi) * (-x * x).exp()),
+)
 
 # ---- activations ---------------------------------------------------------------------------
 
@@ -295,7 +698,27 @@ def _leaky_relu(xp, a, negative_slope=0.01):
     return xp.where(a > 0, a, a * negative_slope)
 
 
-unary("relu", lambda xp, a: xp.maximum(a, 0).astype(a.dtype), allow="if")
+def _gelu_derivative(x, approximate="none"):
+    if approximate == "tanh":
+        c, k = math.sqrt(2 / math.pi), 0.044715
+        t = (c * (x + k * x * x * x)).tanh()
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x)
+    # Phi(x) + x * phi(x): the normal cdf plus x times its density
+    return 0.5 * (1 + (x / math.sqrt(2)).erf()) + x * (-0.5 * x * x).exp() / math.sqrt(2 * math.pi)
+
+
+def _silu_derivative(x):
+    s = x.sigmoid()
+    return s * (1 + x * (1 - s))
+
+
+unary(
+    "relu",
+    lambda xp, a: xp.maximum(a, 0).astype(a.dtype),
+    allow="if",
+    # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
+    **_pointwise(lambda x, out: out > 0),
+)
 op(
     "gelu",
     "input, approximate='none'",
@@ -303,8 +726,15 @@ op(
     shape=_pw_shape("gelu"),
     dtype=functools.partial(M.float_only, op="gelu"),
     allow="f",
+    **_pointwise(_gelu_derivative),
 )
-unary("silu", lambda xp, a: a * _sigmoid(xp, a), dtype=M.to_float, allow="fc")
+unary(
+    "silu",
+    lambda xp, a: a * _sigmoid(xp, a),
+    dtype=M.to_float,
+    allow="fc",
+    **_pointwise(_silu_derivative),
+)
 op(
     "softplus",
     "input, beta=1.0, threshold=20.0",
@@ -312,6 +742,12 @@ op(
     shape=_pw_shape("softplus"),
     dtype=functools.partial(M.float_only, op="softplus"),
     allow="f",
+    # above the threshold softplus is x itself (slope 1), below it is sigmoid(beta * x)
+    **_pointwise(
+        lambda x, beta=1.0, threshold=20.0: tp.where(
+            x * beta > threshold, 1.0, (x * beta).sigmoid()
+        )
+    ),
 )
 op(
     "leaky_relu",
@@ -321,6 +757,10 @@ op(
     dtype=functools.partial(M.float_only, op="leaky_relu"),
     allow="f",
     inplace=True,
+    # slope at 0 is negative_slope (the kernel's branch there), as in torch
+    **_pointwise(
+        lambda x, negative_slope=0.01: tp.where(x > 0, 1.0, tp.full_like(x, negative_slope))
+    ),
 )
 
 # ---- clamp / where / rounding / predicates ------------------------------------------------
@@ -340,6 +780,24 @@ def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
     return M.pointwise_shape("clamp", input, min, max)
 
 
+def _clamp_partials():
+    # Which of input/min/max the output follows (torch's clamp_backward_min_max): x inside
+    # [min, max] (ends included), min where x < min (unless min > max: then max wins).
+    def d_input(x, lo, hi):
+        inside = (x >= lo) if lo is not None else None
+        if hi is not None:
+            inside = (x <= hi) if inside is None else inside & (x <= hi)
+        return inside
+
+    def d_min(x, lo, hi):
+        return (x < lo) & (lo < hi) if hi is not None else x < lo
+
+    def d_max(x, lo, hi):
+        return (x > hi) | (hi < lo) if lo is not None else x > hi
+
+    return _pointwise(d_input, d_min, d_max)
+
+
 op(
     "clamp",
     "input, min=None, max=None",
@@ -349,7 +807,25 @@ op(
     allow="bif",
     out=True,
     inplace=True,
+    **_clamp_partials(),
 )
+
+
+def _where_vjp(ctx, grad):
+    c, a, b = ctx.inputs
+    return (
+        None,
+        tp.where(c, grad, 0.0) if _needs(ctx)[1] else None,
+        tp.where(c, 0.0, grad) if _needs(ctx)[2] else None,
+    )
+
+
+def _where_jvp(ctx, tc, ta, tb):
+    if ta is None and tb is None:
+        return None
+    return tp.where(ctx.inputs[0], 0.0 if ta is None else ta, 0.0 if tb is None else tb)
+
+
 op(
     "where",
     "condition, input, other",
@@ -359,10 +835,15 @@ op(
     kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b),
     method=False,
     out=True,
+    vjp=_where_vjp,
+    jvp=_where_jvp,
 )
 for _name, _uf in [("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc")]:
     unary(
-        _name, lambda xp, a, _uf=_uf: getattr(xp, _uf)(a) if a.dtype.kind == "f" else a, allow="if"
+        _name,
+        lambda xp, a, _uf=_uf: getattr(xp, _uf)(a) if a.dtype.kind == "f" else a,
+        allow="if",
+        **_ZERO,
     )
 
 
@@ -378,6 +859,7 @@ op(
     allow="if",
     out=True,
     inplace=True,
+    **_ZERO,
 )
 unary("isnan", ufunc="isnan", dtype=M.to_bool, inplace=False)
 unary("isinf", ufunc="isinf", dtype=M.to_bool, inplace=False)
@@ -591,7 +1073,13 @@ def _logsumexp(xp, a, dim, keepdim=False):
 
 
 reduction(
-    "sum", _sum, params="input, dim=None, keepdim=False, *, dtype=None", dtype=M.sum_like, out=True
+    "sum",
+    _sum,
+    params="input, dim=None, keepdim=False, *, dtype=None",
+    dtype=M.sum_like,
+    out=True,
+    vjp=lambda ctx, grad: (_unreduce(grad, ctx.inputs[0], ctx.params["dim"]),),
+    jvp=_same_op("sum"),
 )
 reduction(
     "mean",
@@ -599,6 +1087,11 @@ reduction(
     params="input, dim=None, keepdim=False, *, dtype=None",
     dtype=functools.partial(M.float_only, op="mean"),
     out=True,
+    vjp=lambda ctx, grad: (
+        _unreduce(grad, ctx.inputs[0], ctx.params["dim"])
+        / _numel_over(tuple(ctx.inputs[0].shape), _axes_of(ctx.inputs[0], ctx.params["dim"])),
+    ),
+    jvp=_same_op("mean"),
 )
 reduction(
     "prod",
@@ -606,9 +1099,10 @@ reduction(
     params="input, dim=None, keepdim=False, *, dtype=None",
     dtype=M.sum_like,
     out=True,
+    **_reduction(_prod_partial),
 )
-reduction("amax", _amax, allow="bif", out=True)
-reduction("amin", _amin, allow="bif", out=True)
+reduction("amax", _amax, allow="bif", out=True, **_reduction(_ties_partial))
+reduction("amin", _amin, allow="bif", out=True, **_reduction(_ties_partial))
 reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
 reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmin"))
 reduction(
@@ -618,6 +1112,7 @@ reduction(
     dtype=functools.partial(M.real_float_only, op="var"),
     allow="fc",
     out=True,
+    **_real_jvp(_reduction(_var_partial)),
 )
 reduction(
     "std",
@@ -626,6 +1121,7 @@ reduction(
     dtype=functools.partial(M.real_float_only, op="std"),
     allow="fc",
     out=True,
+    **_real_jvp(_reduction(_std_partial)),
 )
 reduction(
     "norm",
@@ -633,8 +1129,16 @@ reduction(
     params="input, p='fro', dim=None, keepdim=False, dtype=None",
     dtype=functools.partial(M.real_float_only, op="norm"),
     allow="fc",
+    **_real_jvp(_reduction(_norm_partial)),
 )
-reduction("logsumexp", _logsumexp, params="input, dim, keepdim=False", dtype=M.to_float, out=True)
+reduction(
+    "logsumexp",
+    _logsumexp,
+    params="input, dim, keepdim=False",
+    dtype=M.to_float,
+    out=True,
+    **_reduction(lambda x, out, axes, **_: (x - out).exp()),
+)
 reduction(
     "all",
     lambda xp, a, dim=None, keepdim=False: xp.all(a, axis=_axes(a, dim, "all"), keepdims=keepdim),
@@ -672,6 +1176,33 @@ def _minmax_dim_shape(name):
     return shape
 
 
+def _minmax_dim_rule(fn):
+    """max(dim)/min(dim): the gradient goes to the element the index names (torch), not
+    shared among ties as for amax. Only the values output is differentiable."""
+
+    def index(x, dim):  # the indices output, recomputed (autograd keeps the float outputs only)
+        return getattr(x, "arg" + fn)(dim=dim, keepdim=True)
+
+    def vjp(ctx, grad):
+        x, (dim, keepdim) = ctx.inputs[0], (ctx.params["dim"], ctx.params["keepdim"])
+        g = grad[0]
+        if x.dim() == 0:
+            return (g,)
+        g = g if keepdim else g.unsqueeze(dim)
+        return (tp.zeros_like(x, dtype=g.dtype).scatter(dim, index(x, dim), g),)
+
+    def jvp(ctx, t):
+        x, (dim, keepdim) = ctx.inputs[0], (ctx.params["dim"], ctx.params["keepdim"])
+        if t is None:
+            return None
+        if x.dim() == 0:
+            return (t,)
+        picked = t.gather(dim, index(x, dim))
+        return (picked if keepdim else picked.squeeze(dim),)
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
 for _fn in ("max", "min"):
     op(
         f"{_fn}_dim",
@@ -683,6 +1214,7 @@ for _fn in ("max", "min"):
         multi=True,
         allow="bif",
         method=False,
+        **_minmax_dim_rule(_fn),
     )
 
 # ---- scans, softmax ----------------------------------------------------------------------
@@ -709,6 +1241,43 @@ def _same_shape_dim(name):
     return shape
 
 
+def _reverse_cumsum(g, d):
+    return _flip(_flip(g, d).cumsum(d), d)
+
+
+def _cumsum_vjp(ctx, grad):
+    x = ctx.inputs[0]
+    return (_reverse_cumsum(grad, ctx.params["dim"]) if x.dim() else grad,)
+
+
+def _cumprod_jacobian(x, d):
+    """d out[k] / d x[i] = prod(x[:i]) * prod(x[i+1:k+1]) for i <= k, as [..., i, k] with d
+    moved last: O(n^2) per slice, used only when x holds zeros (out / x is then 0 / 0)."""
+    xm = x.movedim(d, -1)
+    i = tp.arange(xm.shape[-1], device=x.device)
+    between = tp.where(i > i.unsqueeze(-1), xm.unsqueeze(-2), 1.0).cumprod(-1)
+    return _exclusive_cumprod(xm, -1).unsqueeze(-1) * between * (i >= i.unsqueeze(-1))
+
+
+def _cumprod_vjp(ctx, grad):
+    x, out, d = ctx.inputs[0], ctx.out, ctx.params["dim"]
+    if x.dim() == 0 or x.numel() == 0:
+        return (grad,)
+    if not bool((x == 0).any()):  # sum over k >= i of grad[k] * out[k] / x[i]
+        return (_reverse_cumsum(grad * _conj(out), d) / _conj(x),)
+    jac = _conj(_cumprod_jacobian(x, d))
+    return ((grad.movedim(d, -1).unsqueeze(-2) * jac).sum(-1).movedim(-1, d),)
+
+
+def _cumprod_jvp(ctx, t):
+    x, out, d = ctx.inputs[0], ctx.out, ctx.params["dim"]
+    if t is None or x.dim() == 0 or x.numel() == 0:
+        return t
+    if not bool((x == 0).any()):
+        return out * (t / x).cumsum(d)
+    return (t.movedim(d, -1).unsqueeze(-1) * _cumprod_jacobian(x, d)).sum(-2).movedim(-1, d)
+
+
 op(
     "cumsum",
     "input, dim, *, dtype=None",
@@ -716,6 +1285,8 @@ op(
     shape=_same_shape_dim("cumsum"),
     dtype=M.sum_like,
     out=True,
+    vjp=_cumsum_vjp,
+    jvp=_same_op("cumsum"),
 )
 op(
     "cumprod",
@@ -724,6 +1295,8 @@ op(
     shape=_same_shape_dim("cumprod"),
     dtype=M.sum_like,
     out=True,
+    vjp=_cumprod_vjp,
+    jvp=_cumprod_jvp,
 )
 
 
@@ -733,6 +1306,11 @@ def _softmax(xp, a, dim, dtype=None):
         return xp.ones_like(a)
     e = xp.exp(a - xp.amax(a, axis=d, keepdims=True)) if a.size else a
     return e / xp.sum(e, axis=d, keepdims=True) if a.size else a
+
+
+def _softmax_jvp(ctx, t):
+    out = ctx.out
+    return None if t is None else out * (t - (t * out).sum(ctx.params["dim"], keepdim=True))
 
 
 def _log_softmax(xp, a, dim, dtype=None):
@@ -749,6 +1327,8 @@ op(
     shape=_same_shape_dim("softmax"),
     dtype=M.softmax_like,
     allow="f",
+    vjp=lambda ctx, grad: (_softmax_jvp(ctx, grad),),  # the Jacobian is symmetric
+    jvp=lambda ctx, t: _softmax_jvp(ctx, t),
 )
 op(
     "log_softmax",
@@ -757,6 +1337,10 @@ op(
     shape=_same_shape_dim("log_softmax"),
     dtype=M.softmax_like,
     allow="f",
+    vjp=lambda ctx, grad: (grad - ctx.out.exp() * grad.sum(ctx.params["dim"], keepdim=True),),
+    jvp=lambda ctx, t: (
+        None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
+    ),
 )
 
 # ---- linear algebra ----------------------------------------------------------------------
@@ -815,18 +1399,40 @@ def _dot_shape(input, other):
     return ()
 
 
-_mm = dict(n_inputs=2, promote="same", allow="ifc", out=True)
+_mm = dict(n_inputs=2, promote="same", allow="ifc", out=True, vjp=_matmul_vjp)
 op(
     "matmul",
     "input, other",
     kernel=lambda xp, a, b: xp.matmul(a, b),
     shape=_matmul_shape,
     dunders=("__matmul__", "__rmatmul__"),
+    jvp=_bilinear("matmul"),
     **_mm,
 )
-op("mm", "input, mat2", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_mm_shape("mm", 2), **_mm)
-op("bmm", "input, mat2", kernel=lambda xp, a, b: xp.matmul(a, b), shape=_mm_shape("bmm", 3), **_mm)
-op("dot", "input, other", kernel=lambda xp, a, b: xp.dot(a, b), shape=_dot_shape, **_mm)
+op(
+    "mm",
+    "input, mat2",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_mm_shape("mm", 2),
+    jvp=_bilinear("mm"),
+    **_mm,
+)
+op(
+    "bmm",
+    "input, mat2",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_mm_shape("bmm", 3),
+    jvp=_bilinear("bmm"),
+    **_mm,
+)
+op(
+    "dot",
+    "input, other",
+    kernel=lambda xp, a, b: xp.dot(a, b),
+    shape=_dot_shape,
+    jvp=_bilinear("dot"),
+    **dict(_mm, vjp=_pointwise(lambda a, b: b, lambda a, b: a)["vjp"]),
+)
 
 
 def _outer_shape(input, vec2):
@@ -842,6 +1448,11 @@ op(
     kernel=lambda xp, a, b: xp.multiply.outer(a, b),
     shape=_outer_shape,
     out=True,
+    vjp=lambda ctx, grad: (
+        grad @ _conj(ctx.inputs[1]) if _needs(ctx)[0] else None,
+        _conj(ctx.inputs[0]) @ grad if _needs(ctx)[1] else None,
+    ),
+    jvp=_bilinear("outer"),
 )
 
 
@@ -880,6 +1491,61 @@ def _einsum_kernel(xp, *arrays, equation):
     return xp.einsum(equation, *arrays)
 
 
+def _einsum_explicit(equation, operands):
+    """(subscripts of each operand, of the output, unused letters): ``...`` spelled out in
+    letters the equation does not use, an implicit output made explicit (numpy's rule)."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in lhs]
+    n_ell = max((t.dim() - len(s) + 3 for s, t in zip(terms, operands) if "..." in s), default=0)
+    ell, free = "".join(free[:n_ell]), free[n_ell:]
+    terms = [
+        s.replace("...", ell[n_ell - (t.dim() - len(s) + 3) :]) if "..." in s else s
+        for s, t in zip(terms, operands)
+    ]
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        out = ell + "".join(sorted(c for c in set(lhs) if c.isalpha() and lhs.count(c) == 1))
+    return terms, out, free
+
+
+def _einsum_vjp(ctx, grad):
+    """The gradient of operand i is an einsum of the output gradient with the other
+    operands, onto operand i's subscripts. A letter repeated in them (a diagonal, "ii")
+    gets a fresh letter tied to it by an identity matrix; a letter found nowhere else (summed
+    only there) gets a vector of ones, which broadcasts the gradient along it."""
+    ops = ctx.inputs
+    terms, out, free = _einsum_explicit(ctx.params["equation"], ops)
+    grads = []
+    for i, x in enumerate(ops):
+        if not _needs(ctx)[i]:
+            grads.append(None)
+            continue
+        parts = [(s, _conj(t)) for j, (s, t) in enumerate(zip(terms, ops)) if j != i]
+        parts.append((out, grad))
+        target, fresh = "", iter(free)
+        for c, n in zip(terms[i], x.shape):
+            if c in target:
+                f = next(fresh)
+                parts.append((c + f, tp.eye(n, dtype=grad.dtype, device=grad.device)))
+                c = f
+            target += c
+        for c, n in zip(target, x.shape):
+            if not any(c in s for s, _ in parts):
+                parts.append((c, tp.ones(n, dtype=grad.dtype, device=grad.device)))
+        spec = ",".join(s for s, _ in parts) + "->" + target
+        grads.append(tp.einsum(spec, *(t for _, t in parts)))
+    return tuple(grads)
+
+
+def _einsum_jvp(ctx, *tangents):
+    ops, eq = ctx.inputs, ctx.params["equation"]
+    return _total(
+        tp.einsum(eq, *ops[:i], t, *ops[i + 1 :]) for i, t in enumerate(tangents) if t is not None
+    )
+
+
 op(
     "einsum",
     "equation, *operands",
@@ -888,6 +1554,8 @@ op(
     shape=_einsum_shape,
     promote="same",
     method=False,
+    vjp=_einsum_vjp,
+    jvp=_einsum_jvp,
 )
 
 # ---- joining and indexing ------------------------------------------------------------------
@@ -938,7 +1606,43 @@ def _stack(xp, arrays, dim=0):
     return xp.stack(arrays, axis=M.wrap_dim(dim, arrays[0].ndim + 1, "stack"))
 
 
-op("cat", "tensors, dim=0", n_inputs="seq", kernel=_cat, shape=_cat_shape, method=False, out=True)
+def _cat_vjp(ctx, grad):
+    # each input's slice of the gradient; legacy 1-D empty inputs (skipped by cat) get an
+    # empty gradient
+    grads, start = [], 0
+    d = M.wrap_dim(ctx.params["dim"], grad.dim(), "cat")
+    for t in ctx.inputs[0]:
+        if tuple(t.shape) == (0,) and grad.dim() != 1:
+            grads.append(tp.zeros(0, dtype=grad.dtype, device=grad.device))
+            continue
+        grads.append(grad.narrow(d, start, t.shape[d]))
+        start += t.shape[d]
+    return tuple(grads)
+
+
+def _seq_jvp(name):
+    """cat/stack of the tangents (zeros for inputs without one)."""
+
+    def jvp(ctx, *tangents):
+        if all(t is None for t in tangents):
+            return None
+        ts = [tp.zeros_like(x) if t is None else t for x, t in zip(ctx.inputs[0], tangents)]
+        return call(OPS[name], (ts,), ctx.params)
+
+    return jvp
+
+
+op(
+    "cat",
+    "tensors, dim=0",
+    n_inputs="seq",
+    kernel=_cat,
+    shape=_cat_shape,
+    method=False,
+    out=True,
+    vjp=_cat_vjp,
+    jvp=_seq_jvp("cat"),
+)
 op(
     "stack",
     "tensors, dim=0",
@@ -947,6 +1651,8 @@ op(
     shape=_stack_shape,
     method=False,
     out=True,
+    vjp=lambda ctx, grad: grad.unbind(M.wrap_dim(ctx.params["dim"], grad.dim(), "stack")),
+    jvp=_seq_jvp("stack"),
 )
 
 
@@ -998,6 +1704,18 @@ op(
     shape=_gather_shape,
     promote="first",
     out=True,
+    # every gathered element sends its gradient back where it came from (added: an index
+    # may repeat); a 0-d input is gathered whole
+    vjp=lambda ctx, grad: (
+        grad
+        if ctx.inputs[0].dim() == 0
+        else tp.zeros_like(ctx.inputs[0], dtype=grad.dtype).scatter(
+            ctx.inputs[1], ctx.inputs[2], grad, reduce="add"
+        ),
+        None,
+        None,
+    ),
+    jvp=_same_op("gather"),
 )
 
 
@@ -1036,6 +1754,49 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     return xp.asarray(host)
 
 
+def _scatter_reduce_check(ctx):
+    if ctx.params["reduce"] == "multiply":
+        raise NotImplementedError(
+            "the derivative of scatter(reduce='multiply') is not implemented (torch has none)"
+        )
+
+
+def _pad_to(g, shape):
+    """``g`` in the leading corner of zeros of ``shape`` (scatter reads only that corner of
+    src)."""
+    for d, (m, n) in enumerate(zip(g.shape, shape)):
+        if m != n:
+            pad = list(g.shape)
+            pad[d] = n - m
+            g = tp.cat([g, tp.zeros(pad, dtype=g.dtype, device=g.device)], d)
+    return g
+
+
+def _scatter_vjp(ctx, grad):
+    _scatter_reduce_check(ctx)
+    x, dim, index, src = ctx.inputs
+    if x.dim() == 0:  # a 0-d input is returned unchanged
+        return grad, None, None, tp.zeros_like(src) if _needs(ctx)[3] else None
+    # plain scatter overwrites: the overwritten elements of x get no gradient
+    gx = grad if ctx.params["reduce"] == "add" else grad.scatter(dim, index, value=0)
+    gsrc = _pad_to(grad.gather(dim, index), tuple(src.shape)) if _needs(ctx)[3] else None
+    return gx, None, None, gsrc
+
+
+def _scatter_jvp(ctx, tx, _dim, _index, tsrc):
+    _scatter_reduce_check(ctx)
+    x, dim, index, src = ctx.inputs
+    if tx is None and tsrc is None:
+        return None
+    tx = tp.zeros_like(x) if tx is None else tx
+    if x.dim() == 0:
+        return tx
+    if src is None:
+        return tx.scatter(dim, index, value=0)
+    tsrc = tp.zeros_like(src) if tsrc is None else tsrc
+    return tx.scatter(dim, index, tsrc, reduce=ctx.params["reduce"])
+
+
 op(
     "scatter",
     "input, dim, index, src=None, *, value=None, reduce=None",
@@ -1045,6 +1806,8 @@ op(
     shape=_scatter_shape,
     promote="first",
     inplace=True,
+    vjp=_scatter_vjp,
+    jvp=_scatter_jvp,
 )
 
 
@@ -1077,7 +1840,20 @@ op(
     shape=_index_select_shape,
     promote="first",
     out=True,
+    vjp=lambda ctx, grad: (_index_select_vjp(*ctx.inputs, grad), None, None),
+    jvp=_same_op("index_select"),
 )
+
+
+def _index_select_vjp(x, dim, index, grad):
+    # added back along dim at the selected positions (an index may repeat)
+    if x.dim() == 0:
+        return grad
+    d = M.wrap_dim(dim, x.dim(), "index_select")
+    along = [1] * x.dim()
+    along[d] = -1
+    index = index.long().reshape(along).expand(*grad.shape)
+    return tp.zeros_like(x, dtype=grad.dtype).scatter(d, index, grad, reduce="add")
 
 
 def _masked_fill_shape(input, mask, value):
@@ -1108,6 +1884,16 @@ op(
     kernel=lambda xp, a, m, v: xp.where(m, v, a),
     shape=_masked_fill_shape,
     inplace=True,
+    vjp=lambda ctx, grad: (
+        grad.masked_fill(ctx.inputs[1], 0) if _needs(ctx)[0] else None,
+        None,
+        tp.where(ctx.inputs[1], grad, 0.0) if _needs(ctx)[2] else None,
+    ),
+    jvp=lambda ctx, tx, tmask, tv: (
+        None
+        if tx is None and tv is None
+        else tp.where(ctx.inputs[1], 0.0 if tv is None else tv, 0.0 if tx is None else tx)
+    ),
 )
 
 # ---- copies ---------------------------------------------------------------------------------
@@ -1118,6 +1904,8 @@ op(
     kernel=lambda xp, a, memory_format=None: a.copy(),
     shape=_same_shape,
     promote="first",
+    vjp=lambda ctx, grad: (grad,),
+    jvp=_same_op("clone"),
 )
 op(
     "contiguous_copy",
@@ -1126,6 +1914,8 @@ op(
     shape=_same_shape,
     promote="first",
     method=False,
+    vjp=lambda ctx, grad: (grad,),
+    jvp=_same_op("contiguous_copy"),
 )
 
 # ---- views ------------------------------------------------------------------------------------
@@ -1135,22 +1925,89 @@ def view_op(name, params, geometry, **kw):
     return op(name, params, kind="view", shape=geometry, promote="first", **kw)
 
 
-view_op("view", "input, *shape", V.view)
-view_op("reshape", "input, *shape", V.reshape)
-view_op("permute", "input, *dims", V.permute)
-view_op("transpose", "input, dim0, dim1", V.transpose)
-view_op("t", "input", V.t_)
-view_op("expand", "input, *sizes", V.expand)
-view_op("expand_as", "input, other", V.expand_as, n_inputs=1)
-view_op("squeeze", "input, dim=None", V.squeeze)
-view_op("unsqueeze", "input, dim", V.unsqueeze)
-view_op("flatten", "input, start_dim=0, end_dim=-1", V.flatten)
-view_op("unflatten", "input, dim, sizes", V.unflatten)
-view_op("narrow", "input, dim, start, length", V.narrow)
-view_op("select", "input, dim, index", V.select)
-view_op("as_strided", "input, size, stride, storage_offset=None", V.as_strided)
-view_op("movedim", "input, source, destination", V.movedim)
-view_op("diagonal", "input, offset=0, dim1=0, dim2=1", V.diagonal)
-view_op("unbind", "input, dim=0", V.unbind, multi=True)
-view_op("split", "input, split_size_or_sections, dim=0", V.split, multi=True)
-view_op("chunk", "input, chunks, dim=0", V.chunk, multi=True)
+def _reshape_back(ctx, grad):
+    return (grad.reshape(ctx.inputs[0].shape),)
+
+
+def _inverse_permutation(ctx, grad):
+    dims = ctx.params["dims"]
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+    axes = [M.wrap_dim(d, grad.dim(), "permute") for d in dims]
+    return (grad.permute(*sorted(range(len(axes)), key=axes.__getitem__)),)
+
+
+_RESHAPE = {
+    "vjp": _reshape_back,
+    "jvp": lambda ctx, t: None if t is None else t.reshape(ctx.out.shape),
+}
+
+
+def _same_view(name, vjp):
+    return {"vjp": vjp, "jvp": _same_op(name)}
+
+
+view_op("view", "input, *shape", V.view, **_RESHAPE)
+view_op("reshape", "input, *shape", V.reshape, **_RESHAPE)
+view_op("permute", "input, *dims", V.permute, **_same_view("permute", _inverse_permutation))
+view_op(
+    "transpose",
+    "input, dim0, dim1",
+    V.transpose,
+    **_same_view(
+        "transpose",
+        lambda ctx, grad: (grad.transpose(ctx.params["dim0"], ctx.params["dim1"]),),
+    ),
+)
+view_op("t", "input", V.t_, **_same_view("t", lambda ctx, grad: (grad.t(),)))
+# expand: the gradient comes back expanded; autograd sums it down to the input's shape
+view_op("expand", "input, *sizes", V.expand, **_same_view("expand", lambda ctx, grad: (grad,)))
+view_op(
+    "expand_as",
+    "input, other",
+    V.expand_as,
+    n_inputs=1,
+    **_same_view("expand_as", lambda ctx, grad: (grad,)),
+)
+view_op("squeeze", "input, dim=None", V.squeeze, **_RESHAPE)
+view_op("unsqueeze", "input, dim", V.unsqueeze, **_RESHAPE)
+view_op("flatten", "input, start_dim=0, end_dim=-1", V.flatten, **_RESHAPE)
+view_op("unflatten", "input, dim, sizes", V.unflatten, **_RESHAPE)
+view_op("narrow", "input, dim, start, length", V.narrow, **_by_positions("narrow"))
+view_op("select", "input, dim, index", V.select, **_by_positions("select"))
+view_op(
+    "as_strided",
+    "input, size, stride, storage_offset=None",
+    V.as_strided,
+    **_by_positions("as_strided"),
+)
+view_op(
+    "movedim",
+    "input, source, destination",
+    V.movedim,
+    **_same_view(
+        "movedim",
+        lambda ctx, grad: (grad.movedim(ctx.params["destination"], ctx.params["source"]),),
+    ),
+)
+view_op("diagonal", "input, offset=0, dim1=0, dim2=1", V.diagonal, **_by_positions("diagonal"))
+view_op(
+    "unbind",
+    "input, dim=0",
+    V.unbind,
+    multi=True,
+    **_same_view("unbind", lambda ctx, grads: (tp.stack(grads, ctx.params["dim"]),)),
+)
+view_op(
+    "split",
+    "input, split_size_or_sections, dim=0",
+    V.split,
+    multi=True,
+    **_same_view("split", lambda ctx, grads: (tp.cat(grads, ctx.params["dim"]),)),
+)
+view_op(
+    "chunk",
+    "input, chunks, dim=0",
+    V.chunk,
+    multi=True,
+    **_same_view("chunk", lambda ctx, grads: (tp.cat(grads, ctx.params["dim"]),)),
+)

@@ -1,9 +1,10 @@
 """Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
 
 from tensorplay import _dispatch
-from tensorplay.autograd import _record, forward_ad, graph, tensor_api
+from tensorplay.autograd import _record, forward_ad, functional, graph, tensor_api
 from tensorplay.autograd.engine import backward, grad
 from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable
+from tensorplay.autograd.functional import jacfwd, jacrev, jvp
 from tensorplay.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -12,6 +13,7 @@ from tensorplay.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from tensorplay.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 __all__ = [
     "backward",
@@ -27,6 +29,13 @@ __all__ = [
     "is_grad_enabled",
     "inference_mode",
     "is_inference_mode_enabled",
+    "functional",
+    "jvp",
+    "jacrev",
+    "jacfwd",
+    "gradcheck",
+    "gradgradcheck",
+    "GradcheckError",
 ]
 
 tensor_api.install()

@@ -29,6 +29,27 @@ def flat_inputs(row, targs) -> list:
     return list(targs[0]) if row.n_inputs == "seq" else list(targs)
 
 
+class _LazyInputs(tuple):
+    """The saved inputs, unpacked (and version-checked) one by one as a formula reads them."""
+
+    def __new__(cls, saved, name):
+        obj = super().__new__(cls, saved)
+        obj._name = name
+        return obj
+
+    def _get(self, x):
+        return x.unpack(self._name) if isinstance(x, SavedTensor) else x
+
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        if isinstance(i, slice):
+            return tuple(self._get(x) for x in item)
+        return self._get(item)
+
+    def __iter__(self):
+        return (self._get(x) for x in super().__iter__())
+
+
 class _Ctx:
     """What a row's ``vjp``/``jvp`` sees: ``inputs`` (as passed), ``params`` and ``out``.
 
@@ -39,14 +60,12 @@ class _Ctx:
     def __init__(self, node):
         self._node = node
         self.params = node.params
+        # which inputs a gradient is wanted for: a vjp may skip work for the others
+        self.needs_input_grad = tuple(n is not None for n, _ in node.next_functions)
 
     @property
-    def inputs(self) -> tuple:
-        name = self._node.name()
-        return tuple(
-            x.unpack(name) if isinstance(x, SavedTensor) else x
-            for x in self._node._check_saved()[0]
-        )
+    def inputs(self) -> _LazyInputs:
+        return _LazyInputs(self._node._check_saved()[0], self._node.name())
 
     @property
     def out(self):
@@ -71,9 +90,10 @@ class OpNode(Node):
         self._seq = row.n_inputs == "seq"
         for i, o in enumerate(outputs):
             o.requires_grad, o.grad_fn, o._output_nr = True, self, i
+        save = _ViewGeometry if row.kind == "view" else SavedTensor
         self._saved = (
-            [SavedTensor(x) if isinstance(x, Tensor) else x for x in targs],
-            [SavedTensor(o, self) for o in outputs],
+            [save(x) if isinstance(x, Tensor) else x for x in targs],
+            [save(o, self) for o in outputs],
         )
         if self._seq:
             self._saved[0][0] = [SavedTensor(x) for x in targs[0]]
@@ -106,6 +126,23 @@ class OpNode(Node):
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
         return tuple(fit_grad(gr, m) for gr, m in zip(grads, self._meta))
+
+
+class _ViewGeometry(SavedTensor):
+    """What a view row's node keeps of its input and output: a detached alias, read back
+    without the version check. A view's backward needs shapes, not values; the view is
+    often written through in place (CopySlices), and keeping the input itself would be a
+    reference cycle once that input's history is rebased onto the in-place op."""
+
+    __slots__ = ()
+
+    def __init__(self, t, node=None):
+        t = t.detach()
+        t._base = None
+        self._packed = t
+
+    def unpack(self, op_name: str = "backward"):
+        return self._packed
 
 
 def _zeros_like(t):

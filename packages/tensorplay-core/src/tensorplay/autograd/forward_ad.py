@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections import namedtuple
 
+from tensorplay import _dispatch
 from tensorplay._tensor import Tensor
 
 __all__ = [
@@ -42,11 +43,14 @@ def enter_dual_level() -> int:
             "forward_ad: nested dual levels are not supported; exit the current dual_level() first"
         )
     state.level = 0
+    _dispatch.state.block()  # the fast path knows nothing of tangents
     return 0
 
 
 def exit_dual_level(*, level: int | None = None) -> None:
-    state.level = None
+    if state.level is not None:
+        state.level = None
+        _dispatch.state.unblock()
 
 
 class dual_level:
@@ -118,7 +122,7 @@ def propagate(row, targs, params, result, target=None) -> None:
             f"the forward-mode derivative (jvp) for '{row.name}' is not implemented"
         )
     seq = row.n_inputs == "seq"
-    tangents = [tangent_of(targs[0])] if seq else [tangent_of(x) for x in targs]
+    tangents = tangent_of(targs[0]) if seq else [tangent_of(x) for x in targs]
     state.busy = True
     try:
         out_tangent = row.jvp(_Ctx(targs, params, result), *tangents)

@@ -237,6 +237,7 @@ class Function:
             outputs = _connect(cls, ctx, args, outputs)
         elif ctx._to_save:
             ctx._saved = [None if t is None else SavedTensor(t) for t in ctx._to_save]
+            ctx._to_save = ()
         if forward_ad.needs_forward(tensors):
             _forward_mode(cls, ctx, args, outputs)
         return outputs[0] if single else tuple(outputs)
@@ -273,6 +274,7 @@ def _connect(cls, ctx, args, outputs):
     ctx._saved = [
         None if t is None else SavedTensor(_resolve(t, outputs, result), node) for t in ctx._to_save
     ]
+    ctx._to_save = ()  # the raw references would keep outputs (and so this node) alive
     return result
 
 

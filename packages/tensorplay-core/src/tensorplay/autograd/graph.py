@@ -162,6 +162,7 @@ class SavedTensor:
         if node is not None and t.grad_fn is node:  # an output of its own node
             self._node, self._output_nr = weakref.ref(node), t._output_nr
             t = t.detach()
+            t._base = None  # the detached view's base would be the output: a cycle again
         else:
             self._node, self._output_nr = None, 0
         hooks = _saved_hooks.stack

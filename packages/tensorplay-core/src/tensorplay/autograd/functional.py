@@ -1,0 +1,597 @@
+"""Higher-level autograd on functions: ``vjp jvp jacobian hessian vhp hvp`` (as
+``torch.autograd.functional``) and functorch-style ``jacrev``/``jacfwd``.
+
+Return conventions mirror PyTorch: a result is a single tensor where the user gave
+(or returned) a single tensor and a tuple where a tuple was given; ``jacobian`` of
+``k`` outputs w.r.t. ``n`` inputs nests as ``outputs x inputs``, each block shaped
+``output.shape + input.shape``. ``jvp``/``hvp`` use the double-backward trick (a
+backward of the backward), like PyTorch; ``jacobian(strategy="forward-mode")`` and
+``jacfwd`` use forward-mode AD (``tp.autograd.forward_ad``).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from tensorplay._tensor import Tensor
+from tensorplay.autograd import engine, grad_mode
+
+__all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "jacrev", "jacfwd"]
+
+
+# ---- shared plumbing (PyTorch's helpers, same messages) ------------------------------------
+
+
+def _as_tuple(inp, arg_name, fn_name):
+    """``(was_a_tuple, tuple_of_tensors)``."""
+    is_tuple = True
+    if not isinstance(inp, tuple):
+        inp = (inp,)
+        is_tuple = False
+    for i, el in enumerate(inp):
+        if not isinstance(el, Tensor):
+            if is_tuple:
+                raise TypeError(
+                    f"The {arg_name} given to {fn_name} must be either a Tensor or a tuple of "
+                    f"Tensors but the value at index {i} has type {type(el)}."
+                )
+            raise TypeError(
+                f"The {arg_name} given to {fn_name} must be either a Tensor or a tuple of "
+                f"Tensors but the given {arg_name} has type {type(el)}."
+            )
+    return is_tuple, inp
+
+
+def _tuple_postprocess(res, to_unpack):
+    """Unpack a (nested) tuple where the user's value was a single tensor."""
+    if isinstance(to_unpack, tuple):
+        if not to_unpack[1]:
+            res = tuple(el[0] for el in res)
+        if not to_unpack[0]:
+            res = res[0]
+    elif not to_unpack:
+        res = res[0]
+    return res
+
+
+def _grad_preprocess(inputs, create_graph, need_graph):
+    """Fresh tensors to differentiate against: detached copies, or (``create_graph`` and
+    the input requires grad) a differentiable alias so gradients reach the original."""
+    res = []
+    for inp in inputs:
+        if create_graph and inp.requires_grad:
+            res.append(inp.view_as(inp))
+        else:
+            d = inp.detach()
+            if need_graph:
+                d.requires_grad_(True)
+            res.append(d)
+    return tuple(res)
+
+
+def _grad_postprocess(inputs, create_graph):
+    if inputs and isinstance(inputs[0], Tensor):
+        return inputs if create_graph else tuple(inp.detach() for inp in inputs)
+    return tuple(_grad_postprocess(inp, create_graph) for inp in inputs)
+
+
+def _validate_v(v, other, is_other_tuple):
+    if len(other) != len(v):
+        if is_other_tuple:
+            raise RuntimeError(
+                f"v is a tuple of invalid length: should be {len(other)} but got {len(v)}."
+            )
+        raise RuntimeError("The given v should contain a single Tensor.")
+    for idx, (el_v, el_other) in enumerate(zip(v, other)):
+        if el_v.shape != el_other.shape:
+            prepend = f"Entry {idx} in " if is_other_tuple else ""
+            raise RuntimeError(
+                f"{prepend}v has invalid size: should be {el_other.shape} but got {el_v.shape}."
+            )
+
+
+def _check_requires_grad(inputs, input_type, strict):
+    if not strict:
+        return
+    for i, inp in enumerate(inputs):
+        if inp is None:
+            raise RuntimeError(
+                f"The output of the user-provided function is independent of input {i}. This is "
+                "not allowed in strict mode."
+            )
+        if not inp.requires_grad:
+            if input_type == "hessian":
+                raise RuntimeError(
+                    f"The hessian of the user-provided function with respect to input {i} is "
+                    "independent of the input. This is not allowed in strict mode. You should "
+                    "ensure that your function is thrice differentiable and that the hessian "
+                    "depends on the inputs."
+                )
+            if input_type == "jacobian":
+                raise RuntimeError(
+                    "While computing the hessian, found that the jacobian of the user-provided "
+                    f"function with respect to input {i} is independent of the input. This is "
+                    "not allowed in strict mode. You should ensure that your function is twice "
+                    "differentiable and that the jacobian depends on the inputs (this would be "
+                    "violated by a linear function for example)."
+                )
+            if input_type == "grad_inputs":
+                raise RuntimeError(
+                    f"The gradient with respect to input {i} is independent of the inputs of "
+                    "the user-provided function. This is not allowed in strict mode."
+                )
+            raise RuntimeError(
+                f"Output {i} of the user-provided function does not require gradients. The "
+                "outputs must be computed in a differentiable manner from the input when "
+                "running in strict mode."
+            )
+
+
+def _autograd_grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
+    """``autograd.grad`` that skips outputs which are None or don't require grad."""
+    if grad_outputs is None:
+        grad_outputs = (None,) * len(outputs)
+    new_outputs, new_grads = [], []
+    for out, g in zip(outputs, grad_outputs):
+        if out is not None and out.requires_grad:
+            new_outputs.append(out)
+            new_grads.append(g)
+    if not new_outputs:
+        return (None,) * len(inputs)
+    return engine.grad(
+        new_outputs,
+        list(inputs),
+        new_grads,
+        retain_graph=retain_graph,
+        create_graph=create_graph,
+        allow_unused=True,
+    )
+
+
+def _fill_in_zeros(grads, refs, strict, create_graph, stage):
+    from tensorplay._factories import zeros_like  # noqa: PLC0415
+
+    res = []
+    for i, g in enumerate(grads):
+        if g is None:
+            if strict:
+                if stage == "back":
+                    raise RuntimeError(
+                        "The output of the user-provided function is independent of input "
+                        f"{i}. This is not allowed in strict mode."
+                    )
+                if stage == "back_trick":
+                    raise RuntimeError(
+                        f"The gradient with respect to the input is independent of entry {i} in "
+                        "the grad_outputs when using the double backward trick to compute "
+                        "forward mode gradients. This is not allowed in strict mode."
+                    )
+                if stage == "double_back":
+                    raise RuntimeError(
+                        "The jacobian of the user-provided function is independent of input "
+                        f"{i}. This is not allowed in strict mode."
+                    )
+                raise RuntimeError(
+                    "The hessian of the user-provided function is independent of entry "
+                    f"{i} in the grad_jacobian. This is not allowed in strict mode as it "
+                    "prevents from using the double backward trick to replace forward mode AD."
+                )
+            g = zeros_like(refs[i])
+        elif strict and create_graph and not g.requires_grad:
+            what = "hessian" if "double" in stage else "jacobian"
+            raise RuntimeError(
+                f"The {what} of the user-provided function is independent of input {i}. This "
+                "is not allowed in strict mode when create_graph=True."
+            )
+        res.append(g)
+    return tuple(res)
+
+
+def _check_v_none(items, where):
+    if len(items) != 1 or items[0].numel() != 1:
+        raise RuntimeError(
+            f"The vector v can only be None if the {where} a single Tensor with a single element."
+        )
+
+
+# ---- vjp / jvp ----------------------------------------------------------------------------
+
+
+def vjp(func, inputs, v=None, create_graph=False, strict=False):
+    """``(func(inputs), vᵀ J)``: the vector-Jacobian product at ``inputs``."""
+    with grad_mode.enable_grad():
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "vjp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(
+            outputs, "outputs of the user-provided function", "vjp"
+        )
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "vjp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, outputs, is_outputs_tuple)
+        else:
+            _check_v_none(outputs, "user-provided function returns")
+    enabled = True if create_graph else grad_mode.is_grad_enabled()
+    with grad_mode.set_grad_enabled(enabled):
+        grad_res = _autograd_grad(outputs, inputs, v, create_graph=create_graph)
+        result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "back")
+    outputs = _grad_postprocess(outputs, create_graph)
+    result = _grad_postprocess(result, create_graph)
+    return (
+        _tuple_postprocess(outputs, is_outputs_tuple),
+        _tuple_postprocess(result, is_inputs_tuple),
+    )
+
+
+def jvp(func, inputs, v=None, create_graph=False, strict=False):
+    """``(func(inputs), J v)``: the Jacobian-vector product at ``inputs`` (double-backward
+    trick: the backward is linear in its grad_output, so differentiating it w.r.t. a dummy
+    grad_output in direction ``v`` gives ``J v``)."""
+    from tensorplay._factories import zeros_like  # noqa: PLC0415
+
+    with grad_mode.enable_grad():
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jvp")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        if v is not None:
+            _, v = _as_tuple(v, "v", "jvp")
+            v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+            _validate_v(v, inputs, is_inputs_tuple)
+        else:
+            _check_v_none(inputs, "input to the user-provided function is")
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(
+            outputs, "outputs of the user-provided function", "jvp"
+        )
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        grad_outputs = tuple(zeros_like(out, requires_grad=True) for out in outputs)
+        grad_inputs = _autograd_grad(outputs, inputs, grad_outputs, create_graph=True)
+        _check_requires_grad(grad_inputs, "grad_inputs", strict=strict)
+    with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
+        grad_res = _autograd_grad(grad_inputs, grad_outputs, v, create_graph=create_graph)
+        result = _fill_in_zeros(grad_res, outputs, strict, create_graph, "back_trick")
+    outputs = _grad_postprocess(outputs, create_graph)
+    result = _grad_postprocess(result, create_graph)
+    return (
+        _tuple_postprocess(outputs, is_outputs_tuple),
+        _tuple_postprocess(result, is_outputs_tuple),
+    )
+
+
+# ---- jacobian / hessian -------------------------------------------------------------------
+
+
+def _one_hot(out, k):
+    from tensorplay._factories import zeros  # noqa: PLC0415
+
+    g = zeros(out.shape, dtype=out.dtype, device=out.device)
+    g.view(-1)[k] = 1
+    return g
+
+
+def _stack_rows(rows, shape):
+    """Rows (one per output element, each shaped like the input) as ``shape``."""
+    import tensorplay  # noqa: PLC0415
+
+    if not rows:
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        return zeros(shape)
+    return tensorplay.stack(rows, 0).reshape(*shape)
+
+
+def _jacfwd_columns(func, inputs, is_inputs_tuple):
+    """Jacobians by forward mode: one dual evaluation per input element."""
+    from tensorplay._factories import zeros, zeros_like  # noqa: PLC0415
+    from tensorplay.autograd import forward_ad  # noqa: PLC0415
+
+    outputs = None
+    per_input = []  # [input j][input element k] -> tuple of output tangents
+    for j, inp in enumerate(inputs):
+        cols = []
+        for k in range(inp.numel()):
+            t = zeros(inp.shape, dtype=inp.dtype, device=inp.device)
+            t.view(-1)[k] = 1
+            with forward_ad.dual_level():
+                args = tuple(
+                    forward_ad.make_dual(x.detach(), t) if i == j else x.detach()
+                    for i, x in enumerate(inputs)
+                )
+                outs = func(*args)
+                is_outputs_tuple, outs = _as_tuple(
+                    outs, "outputs of the user-provided function", "jacobian"
+                )
+                unpacked = [forward_ad.unpack_dual(o) for o in outs]
+            outputs = (is_outputs_tuple, tuple(p for p, _ in unpacked))
+            cols.append(tuple(zeros_like(p) if tg is None else tg for p, tg in unpacked))
+        per_input.append(cols)
+    if outputs is None:  # every input is empty: evaluate once for the output shapes
+        outs = func(*(x.detach() for x in inputs))
+        outputs = _as_tuple(outs, "outputs of the user-provided function", "jacobian")
+    is_outputs_tuple, outs = outputs
+    import tensorplay  # noqa: PLC0415
+
+    jac = []
+    for i, o in enumerate(outs):
+        row = []
+        for j, inp in enumerate(inputs):
+            cols = [c[i] for c in per_input[j]]
+            shape = tuple(o.shape) + tuple(inp.shape)
+            if cols:
+                row.append(tensorplay.stack(cols, -1).reshape(*shape))
+            else:
+                row.append(zeros(shape, dtype=o.dtype, device=o.device))
+        jac.append(tuple(row))
+    return _tuple_postprocess(tuple(jac), (is_outputs_tuple, is_inputs_tuple))
+
+
+def jacobian(
+    func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"
+):
+    """The Jacobian of ``func`` at ``inputs``: block ``[i][j]`` has shape
+    ``outputs[i].shape + inputs[j].shape``. ``vectorize`` is accepted for PyTorch
+    compatibility (the computation is a loop either way)."""
+    if strategy not in ("forward-mode", "reverse-mode"):
+        raise ValueError(
+            'Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
+            'function has more outputs than inputs, "forward-mode" tends to be more '
+            'performant. Otherwise, prefer to use "reverse-mode".'
+        )
+    if strategy == "forward-mode":
+        if create_graph:
+            raise NotImplementedError(
+                "tensorplay.autograd.functional.jacobian: `create_graph=True` and "
+                '`strategy="forward-mode"` are not supported together (yet). Please either '
+                'set `create_graph=False` or `strategy="reverse-mode"`.'
+            )
+        if strict:
+            raise RuntimeError(
+                "tensorplay.autograd.functional.jacobian: `strict=True` and "
+                '`strategy="forward-mode"` are not supported together (yet). Please either '
+                'set `strict=False` or `strategy="reverse-mode"`.'
+            )
+        if not vectorize:
+            raise NotImplementedError(
+                "Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
+                "implemented for `vectorize=True`."
+            )
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
+        return _jacfwd_columns(func, inputs, is_inputs_tuple)
+    if strict and vectorize:
+        raise RuntimeError(
+            "tensorplay.autograd.functional.jacobian: `strict=True` and `vectorized=True` are "
+            "not supported together. Please either set `strict=False` or `vectorize=False`."
+        )
+    with grad_mode.enable_grad():
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
+        inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+        outputs = func(*inputs)
+        is_outputs_tuple, outputs = _as_tuple(
+            outputs, "outputs of the user-provided function", "jacobian"
+        )
+        _check_requires_grad(outputs, "outputs", strict=strict)
+        jac = []
+        for i, out in enumerate(outputs):
+            rows = tuple([] for _ in inputs)
+            for k in range(out.numel()):
+                vj = _autograd_grad(
+                    (out,),
+                    inputs,
+                    (_one_hot(out, k),),
+                    retain_graph=True,
+                    create_graph=create_graph,
+                )
+                for j, (rows_j, vj_el, inp) in enumerate(zip(rows, vj, inputs)):
+                    if vj_el is not None:
+                        if strict and create_graph and not vj_el.requires_grad:
+                            raise RuntimeError(
+                                "The jacobian of the user-provided function is independent of "
+                                f"input {i}. This is not allowed in strict mode when "
+                                "create_graph=True."
+                            )
+                        rows_j.append(vj_el)
+                    else:
+                        if strict:
+                            raise RuntimeError(
+                                f"Output {i} of the user-provided function is independent of "
+                                f"input {j}. This is not allowed in strict mode."
+                            )
+                        from tensorplay._factories import zeros_like  # noqa: PLC0415
+
+                        rows_j.append(zeros_like(inp))
+            jac.append(
+                tuple(
+                    _stack_rows(rows_j, tuple(out.shape) + tuple(inputs[j].shape))
+                    for j, rows_j in enumerate(rows)
+                )
+            )
+        jac = _grad_postprocess(tuple(jac), create_graph)
+        return _tuple_postprocess(jac, (is_outputs_tuple, is_inputs_tuple))
+
+
+def hessian(
+    func,
+    inputs,
+    create_graph=False,
+    strict=False,
+    vectorize=False,
+    outer_jacobian_strategy="reverse-mode",
+):
+    """The Hessian of a scalar ``func`` at ``inputs`` (block ``[i][j]`` has shape
+    ``inputs[i].shape + inputs[j].shape``)."""
+    is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "hessian")
+    if outer_jacobian_strategy not in ("forward-mode", "reverse-mode"):
+        raise ValueError('Expected strategy to be either "forward-mode" or "reverse-mode".')
+
+    def ensure_single_output_function(*inp):
+        out = func(*inp)
+        is_out_tuple, t_out = _as_tuple(out, "outputs of the user-provided function", "hessian")
+        _check_requires_grad(t_out, "outputs", strict=strict)
+        if is_out_tuple or not isinstance(out, Tensor):
+            raise RuntimeError("The function given to hessian should return a single Tensor")
+        if out.numel() != 1:
+            raise RuntimeError(
+                "The Tensor returned by the function given to hessian should contain a single "
+                "element"
+            )
+        return out.reshape(()) if out.dim() else out
+
+    def jac_func(*inp):
+        if outer_jacobian_strategy == "forward-mode":
+            inp = tuple(t.requires_grad_(True) for t in inp)
+        jac = jacobian(ensure_single_output_function, inp, create_graph=True)
+        _check_requires_grad(jac, "jacobian", strict=strict)
+        return jac
+
+    res = jacobian(
+        jac_func,
+        inputs,
+        create_graph=create_graph,
+        strict=strict,
+        vectorize=vectorize,
+        strategy=outer_jacobian_strategy,
+    )
+    return _tuple_postprocess(res, (is_inputs_tuple, is_inputs_tuple))
+
+
+def _scalar_function_grad(func, inputs, v, create_graph, strict, fn_name):
+    """Shared start of ``vhp``/``hvp``: inputs, v, outputs and the first gradient."""
+    is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", fn_name)
+    inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
+    if v is not None:
+        _, v = _as_tuple(v, "v", fn_name)
+        v = _grad_preprocess(v, create_graph=create_graph, need_graph=False)
+        _validate_v(v, inputs, is_inputs_tuple)
+    else:
+        _check_v_none(inputs, "input to the user-provided function is")
+    outputs = func(*inputs)
+    is_outputs_tuple, outputs = _as_tuple(outputs, "outputs of the user-provided function", fn_name)
+    _check_requires_grad(outputs, "outputs", strict=strict)
+    if is_outputs_tuple or not isinstance(outputs[0], Tensor):
+        raise RuntimeError(f"The function given to {fn_name} should return a single Tensor")
+    if outputs[0].numel() != 1:
+        raise RuntimeError(
+            f"The Tensor returned by the function given to {fn_name} should contain a single "
+            "element"
+        )
+    jac = _autograd_grad(outputs, inputs, create_graph=True)
+    return is_inputs_tuple, inputs, v, is_outputs_tuple, outputs, jac
+
+
+def vhp(func, inputs, v=None, create_graph=False, strict=False):
+    """``(func(inputs), vᵀ H)`` for a scalar ``func``."""
+    with grad_mode.enable_grad():
+        is_inputs_tuple, inputs, v, is_outputs_tuple, outputs, jac = _scalar_function_grad(
+            func, inputs, v, create_graph, strict, "vhp"
+        )
+        _check_requires_grad(jac, "jacobian", strict=strict)
+    with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
+        grad_res = _autograd_grad(jac, inputs, v, create_graph=create_graph)
+        result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back")
+    outputs = _grad_postprocess(outputs, create_graph)
+    result = _grad_postprocess(result, create_graph)
+    return (
+        _tuple_postprocess(outputs, is_outputs_tuple),
+        _tuple_postprocess(result, is_inputs_tuple),
+    )
+
+
+def hvp(func, inputs, v=None, create_graph=False, strict=False):
+    """``(func(inputs), H v)`` for a scalar ``func`` (double-backward trick)."""
+    from tensorplay._factories import zeros_like  # noqa: PLC0415
+
+    with grad_mode.enable_grad():
+        is_inputs_tuple, inputs, v, is_outputs_tuple, outputs, jac = _scalar_function_grad(
+            func, inputs, v, create_graph, strict, "hvp"
+        )
+        grad_jac = tuple(zeros_like(inp, requires_grad=True) for inp in inputs)
+        double_back = _autograd_grad(jac, inputs, grad_jac, create_graph=True)
+        _check_requires_grad(jac, "hessian", strict=strict)
+    with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
+        grad_res = _autograd_grad(double_back, grad_jac, v, create_graph=create_graph)
+        result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back_trick")
+    outputs = _grad_postprocess(outputs, create_graph)
+    result = _grad_postprocess(result, create_graph)
+    return (
+        _tuple_postprocess(outputs, is_outputs_tuple),
+        _tuple_postprocess(result, is_inputs_tuple),
+    )
+
+
+# ---- functorch-style transforms ----------------------------------------------------------------
+
+
+def _argnums_tuple(argnums, n_args, fn_name):
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not nums:
+        raise RuntimeError(f"{fn_name}: argnums must be non-empty")
+    res = []
+    for a in nums:
+        if not isinstance(a, int):
+            raise RuntimeError(
+                f"{fn_name}: argnums must be int or Tuple[int, ...], got: {type(a).__name__}"
+            )
+        if not -n_args <= a < n_args:
+            raise RuntimeError(f"Got argnums={a}, but only {n_args} positional inputs were given")
+        res.append(a % n_args)
+    return tuple(res)
+
+
+def _transform(func, argnums, has_aux, fn_name, compute):
+    @functools.wraps(func)
+    def wrapper(*args):
+        nums = _argnums_tuple(argnums, len(args), fn_name)
+        aux = []
+
+        def partial(*diff_args):
+            full = list(args)
+            for n, a in zip(nums, diff_args):
+                full[n] = a
+            out = func(*full)
+            if has_aux:
+                if not (isinstance(out, tuple) and len(out) == 2):
+                    raise RuntimeError(
+                        f"{fn_name}(f, ...)(*args): output of function f should be a tuple: "
+                        "(output, aux) if has_aux is True"
+                    )
+                out, a = out
+                aux.append(a)
+            return out
+
+        diff_args = tuple(args[n] for n in nums)
+        jac = compute(partial, diff_args)
+        if not isinstance(argnums, tuple):
+            jac = _untuple_inputs(jac, partial, diff_args)
+        return (jac, aux[-1]) if has_aux else jac
+
+    return wrapper
+
+
+def _untuple_inputs(jac, partial, diff_args):
+    """``jacobian`` was called with a 1-tuple of inputs: drop that level."""
+    if isinstance(jac, tuple) and jac and isinstance(jac[0], tuple):
+        return tuple(j[0] for j in jac)
+    return jac[0] if isinstance(jac, tuple) else jac
+
+
+def jacrev(func, argnums=0, *, has_aux=False):
+    """``jacrev(f, argnums)(*args)``: the Jacobian of ``f`` w.r.t. ``args[argnums]`` by
+    reverse mode (one backward per output element). Nests (``jacrev(jacrev(f))``): the
+    result stays differentiable when its inputs require grad."""
+
+    def compute(partial, diff_args):
+        create = grad_mode.is_grad_enabled() and any(a.requires_grad for a in diff_args)
+        return jacobian(partial, diff_args, create_graph=create)
+
+    return _transform(func, argnums, has_aux, "jacrev", compute)
+
+
+def jacfwd(func, argnums=0, *, has_aux=False):
+    """``jacfwd(f, argnums)(*args)``: the Jacobian of ``f`` w.r.t. ``args[argnums]`` by
+    forward mode (one dual evaluation per input element)."""
+
+    def compute(partial, diff_args):
+        return jacobian(partial, diff_args, strategy="forward-mode", vectorize=True)
+
+    return _transform(func, argnums, has_aux, "jacfwd", compute)
