@@ -392,6 +392,35 @@ def _copylike(row, dt, rng):
     yield from _unary_generic(row, dt, rng)
 
 
+def _to_copy(row, dt, rng):
+    # float64 targets only: finite differences cannot see through float32 rounding, and
+    # integer targets (tested in test_tensor.py) have no derivative to check
+    yield _s("to_float64", make((2, 3), dt, rng), dtype=tp.float64)
+    yield _s("transposed", make((3, 4), dt, rng, "transposed"), dtype=tp.float64)
+
+
+def _index(row, dt, rng):
+    x = make((4, 5), dt, rng)
+    yield _s("rows", x, indices=(np.array([0, 2, 2]),))
+    yield _s("pairs", x, indices=(np.array([1, 3]), np.array([0, 4])))
+    yield _s("mask", x, indices=(np.arange(20).reshape(4, 5) % 3 == 0,), meta=False)
+    yield _s("slice_then_list", x, indices=(slice(1, 3), np.array([4, 0])))
+
+
+def _index_put(row, dt, rng):
+    x = make((4, 5), dt, rng)
+    yield _s("assign", x, make((3, 5), dt, rng), indices=(np.array([0, 2, 3]),))
+    # unique positions: with repeats, plain assignment keeps an arbitrary one (as in torch)
+    yield _s("broadcast", x, make((5,), dt, rng), indices=(np.array([1, 3]),))
+    yield _s(
+        "accumulate_repeats",
+        x,
+        make((3, 5), dt, rng),
+        indices=(np.array([1, 1, 2]),),
+        accumulate=True,
+    )
+
+
 # ---- reductions -------------------------------------------------------------------------
 
 _RED_SHAPES = [
@@ -585,6 +614,9 @@ _NAMED = {
     "index_select": _index_select,
     "masked_fill": _masked_fill,
     "clone": _copylike,
+    "_to_copy": _to_copy,
+    "_index": _index,
+    "_index_put": _index_put,
     "contiguous_copy": _copylike,
     "sum": _reduction(extra=({}, {"dtype": tp.float64})),
     "prod": _with_zeros(_reduction(extra=({}, {"dtype": tp.float64})), (None, 0, 1, (0, 1))),
@@ -957,7 +989,20 @@ VIEW_REF = {
     "chunk": _chunk_ref,
 }
 
+
+def _index_put_ref(x, v, indices, accumulate=False):
+    out = np.array(x, copy=True)
+    if accumulate:
+        np.add.at(out, indices, v)
+    else:
+        out[indices] = v
+    return out
+
+
 REF = {
+    "_to_copy": lambda x, dtype: np.asarray(x).astype(dtype.np),
+    "_index": lambda x, indices: x[indices],
+    "_index_put": _index_put_ref,
     "add": lambda a, b, alpha=1: np.add(a, b) if alpha == 1 else a + np.multiply(b, alpha),
     "sub": lambda a, b, alpha=1: np.subtract(a, b) if alpha == 1 else a - np.multiply(b, alpha),
     "mul": np.multiply,

@@ -86,7 +86,7 @@ from tensorplay.autograd.grad_mode import (
 _PUBLIC_OPS = {
     row.name: row
     for row in _optable.ROWS
-    if not row.name.endswith("_dim") and row.name != "contiguous_copy"
+    if not row.name.endswith("_dim") and row.name != "contiguous_copy" and row.name[0] != "_"
 }
 
 

@@ -171,6 +171,16 @@ def _to(self, *args, **kwargs):
 
 def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
     """A copy of ``t`` with dtype ``dt`` on device ``dev``."""
+    if t.requires_grad or "_fw_tangent" in t.__dict__:
+        from tensorplay._indexing import _grad_on  # noqa: PLC0415
+
+        if _grad_on():
+            if dev is not t.device:
+                raise NotImplementedError(
+                    f"to(): moving a tensor that requires grad from {t.device} to {dev} is not "
+                    "differentiable yet; move it before setting requires_grad, or detach() it"
+                )
+            return OPS["_to_copy"].fn(t, dt)
     if dev is META or t.device is META:
         if t.device is META and dev is not META:
             raise NotImplementedError("Cannot copy out of meta tensor; no data!")

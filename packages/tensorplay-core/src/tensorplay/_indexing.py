@@ -133,10 +133,10 @@ def _grad_on() -> bool:
 
 
 def _index_op(t: Tensor, arrays: tuple) -> Tensor:
-    """Advanced indexing as an op-table row (``index``), so autograd records it."""
+    """Advanced indexing as an op-table row (``_index``), so autograd records it."""
     from tensorplay._dispatch import OPS  # noqa: PLC0415
 
-    return OPS["index"].fn(t, indices=arrays)
+    return OPS["_index"].fn(t, indices=arrays)
 
 
 def getitem(t: Tensor, index):
@@ -167,6 +167,10 @@ def setitem(t: Tensor, index, value) -> None:
 
     check_writable("__setitem__", t)
     index = _expand_ellipsis(_normalize(index), t.dim())
+    tracked = _differentiated(t) or (isinstance(value, Tensor) and _differentiated(value))
+    if tracked and _grad_on():
+        _setitem_recorded(t, index, value)
+        return
     if all(_is_basic(i) for i in index):
         target = make_view(t, *basic_geometry(t, index))
         target.copy_(value) if isinstance(value, Tensor) else target.fill_(value)
@@ -187,3 +191,32 @@ def setitem(t: Tensor, index, value) -> None:
     except ValueError as e:
         raise RuntimeError(f"__setitem__(): {e}") from None
     t._bump_version()
+
+
+def _setitem_recorded(t: Tensor, index: tuple, value) -> None:
+    """``t[index] = value`` as the in-place ``_index_put_`` row, so autograd records it.
+
+    A basic index becomes the index arrays of the positions it selects (numpy's basic
+    indexing is torch's for positive steps), which works for any layout of ``t``.
+    """
+    from tensorplay._dispatch import OPS  # noqa: PLC0415
+    from tensorplay._factories import tensor  # noqa: PLC0415
+
+    if all(_is_basic(i) for i in index):
+        basic_geometry(t, index)  # bounds and step checks, with torch's messages
+        positions = np.arange(t.numel()).reshape(t._shape)[index]
+        arrays = tuple(_on_device(a, t) for a in np.unravel_index(positions, t._shape))
+    else:
+        arrays = tuple(_to_array(i, t) for i in index)
+        _check_advanced_bounds(arrays, t._shape)
+    if not isinstance(value, Tensor):
+        value = tensor(value, dtype=t.dtype, device=t.device)
+    OPS["_index_put"].inplace_fn(t, value, indices=arrays)
+
+
+def _on_device(arr: np.ndarray, t: Tensor):
+    if t.device.type == "cuda":
+        from tensorplay._device import cupy_or_raise  # noqa: PLC0415
+
+        return cupy_or_raise().asarray(arr)
+    return arr
