@@ -98,6 +98,7 @@ class OpDef:
     jvp: Callable | None = None
     doc: str = ""
     fast: dict = dataclasses.field(default_factory=dict)
+    may_warn: bool = True
     defaults: dict = dataclasses.field(default_factory=dict)
     _fn: Callable | None = None
     _inplace_fn: Callable | None = None
@@ -281,7 +282,7 @@ def call(
             inplace._bump_version()
             return inplace
         try:
-            with _quiet(xp):
+            with _quiet(xp) if row.may_warn else _NO_CONTEXT:
                 result = _wrap_result(row, row.kernel(xp, *arrays, **params), odt, dev)
         except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise RuntimeError(f"{row.name}(): {e}") from e
@@ -297,6 +298,9 @@ def call(
     if out is not None:
         return _write_out(row, out, result)
     return result
+
+
+_NO_CONTEXT = contextlib.nullcontext()
 
 
 def _quiet(xp):
@@ -415,9 +419,8 @@ def _write_out(row, out: Tensor, result):
 # ---- the fast path ------------------------------------------------------------------
 
 
-def _fast_binary(uf, a, b, odt, name):
-    """``uf(a, b)`` for same-dtype CPU tensors: one aligned allocation and one ufunc call."""
-    x, y = a._data, b._data
+def _fast_binary(uf, x, y, odt, name):
+    """``uf(x, y)`` for same-dtype CPU arrays: one aligned allocation and one ufunc call."""
     shape = x.shape
     if shape != y.shape:
         shape = _meta.broadcast_shapes(shape, y.shape, op=name)
@@ -426,11 +429,24 @@ def _fast_binary(uf, a, b, odt, name):
     return wrap_array(r, buf, start, odt)
 
 
-def _fast_unary(uf, a, odt):
-    x = a._data
+def _fast_scalar(uf, x, y, odt):
+    """``uf(x, y)`` for a floating CPU array and a Python number (which keeps x's dtype)."""
+    r, buf, start = cpu_empty(x.shape, odt.np, x.size * odt.itemsize)
+    uf(x, y, out=r)
+    return wrap_array(r, buf, start, odt)
+
+
+def _fast_unary(uf, x, odt):
     r, buf, start = cpu_empty(x.shape, odt.np, x.size * odt.itemsize)
     uf(x, out=r)
     return wrap_array(r, buf, start, odt)
+
+
+def _fast_record(row, targs, result):
+    """The fast path's result, with its backward node when an input requires grad."""
+    if autograd_hooks.needs_grad(targs):
+        return autograd_hooks.record(row, targs, row.defaults, result)
+    return result
 
 
 def _fast_dtypes(row: OpDef) -> dict:
@@ -451,20 +467,28 @@ def _fast_dtypes(row: OpDef) -> dict:
 # ---- code generation: one Python function per row ------------------------------------
 
 _BINARY_FAST = """
-    if (out is None and type({a}) is _T and type({b}) is _T and _st.plain{defaults}
-            and {a}.device is _cpu and {b}.device is _cpu and {a}.dtype is {b}.dtype
-            and not ({a}.requires_grad or {b}.requires_grad)):
-        odt = _fast.get({a}.dtype)
-        if odt is not None:
-            return _fast_binary(_uf, {a}, {b}, odt, {name!r})
+    if out is None and type({a}) is _T and _st.plain{defaults} and {a}.device is _cpu:
+        if type({b}) is _T:
+            if {b}.device is _cpu and {a}.dtype is {b}.dtype:
+                odt = _fast.get({a}.dtype)
+                if odt is not None:
+                    r = _fast_binary(_uf, {a}._data, {b}._data, odt, {name!r})
+                    if {a}.requires_grad or {b}.requires_grad:
+                        return _fast_record(_row, ({a}, {b}), r)
+                    return r
+        elif (type({b}) is float or type({b}) is int) and {a}.dtype.is_floating_point:
+            odt = _fast.get({a}.dtype)
+            if odt is not None:
+                r = _fast_scalar(_uf, {a}._data, {b}, odt)
+                return _fast_record(_row, ({a}, {b}), r) if {a}.requires_grad else r
 """
 
 _UNARY_FAST = """
-    if (out is None and type({a}) is _T and _st.plain{defaults} and {a}.device is _cpu
-            and not {a}.requires_grad):
+    if out is None and type({a}) is _T and _st.plain{defaults} and {a}.device is _cpu:
         odt = _fast.get({a}.dtype)
         if odt is not None:
-            return _fast_unary(_uf, {a}, odt)
+            r = _fast_unary(_uf, {a}._data, odt)
+            return _fast_record(_row, ({a},), r) if {a}.requires_grad else r
 """
 
 
@@ -515,6 +539,10 @@ def register(row: OpDef) -> OpDef:
     row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
     if row.ufunc and row.n_inputs in (1, 2) and row.ufunc not in _WARNS:
         row.fast = _fast_dtypes(row)
+    # np.errstate costs ~1 µs a call: only kernels that are not plain quiet ufuncs get it
+    row.may_warn = not (
+        row.ufunc and row.ufunc not in _WARNS and row.kernel is not None and row.kind != "view"
+    )
     OPS[row.name] = row
     return row
 
@@ -558,6 +586,8 @@ def _generate(row: OpDef) -> Callable:
         "_fast": row.fast,
         "_fast_binary": _fast_binary,
         "_fast_unary": _fast_unary,
+        "_fast_scalar": _fast_scalar,
+        "_fast_record": _fast_record,
         "_uf": getattr(np, row.ufunc) if row.ufunc else None,
     }
     exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding

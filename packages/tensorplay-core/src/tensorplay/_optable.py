@@ -70,6 +70,7 @@ def _needs(ctx) -> tuple:
     return ctx.needs_input_grad
 
 
+@functools.cache
 def _takes_out(fn) -> bool:
     """Does a derivative formula name ``out`` (the op's result) among its parameters? Only
     then is the saved result read: reading it checks that no in-place op changed it since,
@@ -182,6 +183,8 @@ def _axes_of(x, dim):
 
 def _unreduce(g, x, dim, keepdim=False):
     """A reduction's output (or gradient) broadcast back over the input's shape."""
+    if g.dim() == 0:  # a full reduction: expand broadcasts a 0-d tensor directly
+        return g.expand(*x.shape)
     kept = M.reduced_shape(tuple(x.shape), _axes_of(x, dim), True)
     return g.reshape(kept).expand(*x.shape)
 
