@@ -9,6 +9,7 @@ operators; tests are generated from the same rows (``tests/core``). The
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import math
@@ -87,13 +88,30 @@ def _total(terms):
     return functools.reduce(operator.add, terms) if terms else None
 
 
+@functools.cache
+def _reads(fn) -> tuple:
+    """For each positional parameter of a derivative formula: does its body read it?
+
+    A formula gets only the saved inputs it reads (``mul``'s d/da is ``b``: ``a`` is not
+    unpacked), so an in-place change of an unread input does not fail backward: the
+    same contract PyTorch's derivatives.yaml gives by saving only what a formula names.
+    """
+    code = fn.__code__
+    names = code.co_varnames[: code.co_argcount]
+    loaded = {ins.argval for ins in dis.get_instructions(fn) if ins.opname.startswith("LOAD_")}
+    return tuple(n in loaded for n in names)
+
+
 def _pointwise(*partials):
     """vjp and jvp of a pointwise op from its partial derivatives, one per input, each
     ``d(*inputs, out, **params)`` (a tensor or a number)."""
 
     def partial(d, ctx):
         out = (ctx.out,) if _takes_out(d) else ()
-        return d(*ctx.inputs, *out, **ctx.params)
+        inputs = ctx.inputs
+        reads = _reads(d)
+        args = [inputs[i] if i >= len(reads) or reads[i] else None for i in range(len(inputs))]
+        return d(*args, *out, **ctx.params)
 
     def vjp(ctx, grad):
         return tuple(
