@@ -197,6 +197,14 @@ def _check_v_none(items, where):
 # ---- vjp / jvp ----------------------------------------------------------------------------
 
 
+def _pair(outputs, result, create_graph, outputs_tuple, result_tuple):
+    """The ``(outputs, result)`` pair the functional API returns, shaped like the inputs."""
+    return (
+        _tuple_postprocess(_grad_postprocess(outputs, create_graph), outputs_tuple),
+        _tuple_postprocess(_grad_postprocess(result, create_graph), result_tuple),
+    )
+
+
 def vjp(func, inputs, v=None, create_graph=False, strict=False):
     """``(func(inputs), vᵀ J)``: the vector-Jacobian product at ``inputs``."""
     with grad_mode.enable_grad():
@@ -217,12 +225,7 @@ def vjp(func, inputs, v=None, create_graph=False, strict=False):
     with grad_mode.set_grad_enabled(enabled):
         grad_res = _autograd_grad(outputs, inputs, v, create_graph=create_graph)
         result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "back")
-    outputs = _grad_postprocess(outputs, create_graph)
-    result = _grad_postprocess(result, create_graph)
-    return (
-        _tuple_postprocess(outputs, is_outputs_tuple),
-        _tuple_postprocess(result, is_inputs_tuple),
-    )
+    return _pair(outputs, result, create_graph, is_outputs_tuple, is_inputs_tuple)
 
 
 def jvp(func, inputs, v=None, create_graph=False, strict=False):
@@ -251,12 +254,7 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
         grad_res = _autograd_grad(grad_inputs, grad_outputs, v, create_graph=create_graph)
         result = _fill_in_zeros(grad_res, outputs, strict, create_graph, "back_trick")
-    outputs = _grad_postprocess(outputs, create_graph)
-    result = _grad_postprocess(result, create_graph)
-    return (
-        _tuple_postprocess(outputs, is_outputs_tuple),
-        _tuple_postprocess(result, is_outputs_tuple),
-    )
+    return _pair(outputs, result, create_graph, is_outputs_tuple, is_outputs_tuple)
 
 
 # ---- jacobian / hessian -------------------------------------------------------------------
@@ -489,12 +487,7 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
     with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
         grad_res = _autograd_grad(jac, inputs, v, create_graph=create_graph)
         result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back")
-    outputs = _grad_postprocess(outputs, create_graph)
-    result = _grad_postprocess(result, create_graph)
-    return (
-        _tuple_postprocess(outputs, is_outputs_tuple),
-        _tuple_postprocess(result, is_inputs_tuple),
-    )
+    return _pair(outputs, result, create_graph, is_outputs_tuple, is_inputs_tuple)
 
 
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
@@ -511,12 +504,7 @@ def hvp(func, inputs, v=None, create_graph=False, strict=False):
     with grad_mode.set_grad_enabled(True if create_graph else grad_mode.is_grad_enabled()):
         grad_res = _autograd_grad(double_back, grad_jac, v, create_graph=create_graph)
         result = _fill_in_zeros(grad_res, inputs, strict, create_graph, "double_back_trick")
-    outputs = _grad_postprocess(outputs, create_graph)
-    result = _grad_postprocess(result, create_graph)
-    return (
-        _tuple_postprocess(outputs, is_outputs_tuple),
-        _tuple_postprocess(result, is_inputs_tuple),
-    )
+    return _pair(outputs, result, create_graph, is_outputs_tuple, is_inputs_tuple)
 
 
 # ---- functorch-style transforms ----------------------------------------------------------------
