@@ -1,4 +1,4 @@
-"""TensorPlay quickstart: tensors, broadcasting, views and DLPack interop.
+"""TensorPlay quickstart: tensors, broadcasting, views, DLPack interop and autograd.
 
 Run: python examples/quickstart.py
 """
@@ -45,6 +45,19 @@ print("np.from_dlpack(tensor) =", back.tolist())
 # --- meta tensors: shapes and dtypes without data ---------------------------------------------
 m = tp.empty(1024, 4096, device="meta")
 print("\nmeta matmul shape:", (m @ tp.empty(4096, 8, device="meta")).shape)
+
+# --- autograd: reverse mode, higher order, forward mode ---------------------------------------
+w = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+loss = (w * w).sum()
+loss.backward()
+print("\nd/dw sum(w^2) =", w.grad, " grad_fn:", loss.grad_fn.name())
+(g,) = tp.autograd.grad((w**3).sum(), w, create_graph=True)
+(gg,) = tp.autograd.grad(g.sum(), w)
+print("second derivative of sum(w^3) = 6w:", gg)
+with tp.autograd.forward_ad.dual_level():
+    dual = tp.autograd.forward_ad.make_dual(tp.tensor([0.0, 1.0]), tp.tensor([1.0, 1.0]))
+    print("forward mode: d/dx sin(x) at [0, 1] =",
+          tp.autograd.forward_ad.unpack_dual(dual.sin()).tangent)
 
 print("\nCUDA available:", tp.cuda.is_available(),
       "" if tp.cuda.is_available() else f"({tp.cuda.unavailable_reason()})")
