@@ -13,30 +13,30 @@ print(f"TensorPlay {tp.__version__} from {tp.__file__}\n")
 x = tp.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
 print("x =", x)
 print("x.shape:", x.shape, " x.dtype:", x.dtype, " x.stride():", x.stride())
-i = tp.arange(3)                         # int64
-print("int64 + float32 ->", (i + x).dtype)            # promotion like torch
+i = tp.arange(3)  # int64
+print("int64 + float32 ->", (i + x).dtype)  # promotion like torch
 print("int64 tensor / 2 ->", (i / 2).dtype, (i / 2))
 
 # --- broadcasting -----------------------------------------------------------------------------
-col = tp.tensor([[10.0], [20.0]])        # (2, 1)
+col = tp.tensor([[10.0], [20.0]])  # (2, 1)
 print("\nx + col (2,3) + (2,1) =", x + col)
 try:
     x + tp.ones(4)
-except RuntimeError as e:               # a clear error naming the op and both shapes
+except RuntimeError as e:  # a clear error naming the op and both shapes
     print("bad broadcast ->", e)
 
 # --- views share storage and the version counter --------------------------------------------
-t = x.t()                                 # a view: no copy
+t = x.t()  # a view: no copy
 print("\nx.t() is contiguous?", t.is_contiguous(), " strides:", t.stride())
-row = x[1]                                # basic indexing is a view too
-row.mul_(10)                              # in-place through the view ...
-print("after x[1].mul_(10), x =", x)     # ... is visible in x
+row = x[1]  # basic indexing is a view too
+row.mul_(10)  # in-place through the view ...
+print("after x[1].mul_(10), x =", x)  # ... is visible in x
 print("x._version == row._version:", x._version == row._version)
 print("reductions: x.sum(dim=0) =", x.sum(dim=0), " x.max(dim=1) =", x.max(dim=1).values)
 
 # --- DLPack: zero-copy exchange with numpy (and torch, CuPy, tvm-ffi) ------------------------
 a = np.arange(6, dtype=np.float32).reshape(2, 3)
-ta = tp.from_dlpack(a)                    # shares memory with the numpy array
+ta = tp.from_dlpack(a)  # shares memory with the numpy array
 a[0, 0] = 100.0
 print("\nfrom_dlpack(numpy) sees the numpy write:", ta[0, 0].item())
 back = np.from_dlpack(tp.ones(2, 2) * 3)  # and the other way round
@@ -56,8 +56,13 @@ print("\nd/dw sum(w^2) =", w.grad, " grad_fn:", loss.grad_fn.name())
 print("second derivative of sum(w^3) = 6w:", gg)
 with tp.autograd.forward_ad.dual_level():
     dual = tp.autograd.forward_ad.make_dual(tp.tensor([0.0, 1.0]), tp.tensor([1.0, 1.0]))
-    print("forward mode: d/dx sin(x) at [0, 1] =",
-          tp.autograd.forward_ad.unpack_dual(dual.sin()).tangent)
+    print(
+        "forward mode: d/dx sin(x) at [0, 1] =",
+        tp.autograd.forward_ad.unpack_dual(dual.sin()).tangent,
+    )
 
-print("\nCUDA available:", tp.cuda.is_available(),
-      "" if tp.cuda.is_available() else f"({tp.cuda.unavailable_reason()})")
+print(
+    "\nCUDA available:",
+    tp.cuda.is_available(),
+    "" if tp.cuda.is_available() else f"({tp.cuda.unavailable_reason()})",
+)
