@@ -36,8 +36,10 @@ def tp_plain_step(x):
 
 def candidates():
     x = tp.ones(8, requires_grad=True)
-    cands = {"tp Function fwd+bwd": lambda: tp_function_step(x),
-             "tp x*2 sum backward": lambda: tp_plain_step(x)}
+    cands = {
+        "tp Function fwd+bwd": lambda: tp_function_step(x),
+        "tp x*2 sum backward": lambda: tp_plain_step(x),
+    }
     if torch is not None:
 
         class TorchMulTwo(torch.autograd.Function):
@@ -59,15 +61,26 @@ def main():
     args = parse_args(__doc__)
     res = compare(candidates(), 300 if args.quick else 3000, 3 if args.quick else 11)
     rows = [(k, f"{v:.2f}") for k, v in res.items()]
-    print(table("forward + backward, 8 float32 elements (µs per step, median)", rows,
-                ("step", "µs")))
+    print(
+        table("forward + backward, 8 float32 elements (µs per step, median)", rows, ("step", "µs"))
+    )
     if torch is not None:
         p3 = res["tp Function fwd+bwd"] / res["torch Function fwd+bwd"]
         plain = res["tp x*2 sum backward"] / res["torch x*2 sum backward"]
-        rows = [("P3 Function fwd+bwd vs torch", f"{p3:.2f}x", "<= 0.5x",
-                 "ok" if p3 <= 0.5 else "MISS"),
-                ("x*2 -> sum -> backward vs torch", f"{plain:.2f}x", "<= 1.0x",
-                 "ok" if plain <= 1.0 else "MISS")]
+        rows = [
+            (
+                "P3 Function fwd+bwd vs torch",
+                f"{p3:.2f}x",
+                "<= 0.5x",
+                "ok" if p3 <= 0.5 else "MISS",
+            ),
+            (
+                "x*2 -> sum -> backward vs torch",
+                f"{plain:.2f}x",
+                "<= 1.0x",
+                "ok" if plain <= 1.0 else "MISS",
+            ),
+        ]
         print()
         print(table("Targets", rows, ("target", "measured", "goal", "status")))
         res.update(P3=p3, plain_ratio=plain)
