@@ -179,10 +179,13 @@ def test_probing_does_not_import_packages(tmp_path, monkeypatch):
     fake = _fake_packages(tmp_path)
     monkeypatch.syspath_prepend(str(fake))
     before = list(sys.path)
+    # other tests may have imported them already (torch imports triton on CUDA machines):
+    # what matters is that collecting the report imports nothing new
+    loaded = {m for m in ("tilelang", "triton") if m in sys.modules}
     report = cli.collect(check_imports=False)
     caps = dict(report["Capabilities"])
     assert caps["triton"].startswith("available (")
-    assert "tilelang" not in sys.modules and "triton" not in sys.modules
+    assert {m for m in ("tilelang", "triton") if m in sys.modules} == loaded
     assert sys.path == before and not (tmp_path / "imported").exists()
 
 

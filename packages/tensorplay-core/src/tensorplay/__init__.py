@@ -11,7 +11,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 # ruff: noqa: E402 - the imports follow the __path__ setup above
-from tensorplay import _dtype, _optable, autograd, cuda
+from tensorplay import _dtype, _optable, autograd, cuda, overrides
 from tensorplay._bind import allclose, equal, max, min
 from tensorplay._device import device
 from tensorplay._dlpack import from_dlpack

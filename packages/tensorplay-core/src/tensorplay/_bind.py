@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplay import _device, _dtype as D, _indexing
+from tensorplay import _device, _dtype as D, _indexing, overrides
 from tensorplay._device import CPU, META, canonical
 from tensorplay._dispatch import OPS, check_writable
 from tensorplay._optable import ROWS, MinMax
@@ -34,7 +34,7 @@ def _operator(row, dunder):
 
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
-                return NotImplemented
+                return _foreign(inplace, self, other)
             return inplace(self, other)
 
         op.__name__ = op.__qualname__ = dunder
@@ -44,7 +44,7 @@ def _operator(row, dunder):
 
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
-                return NotImplemented
+                return _foreign(fn, other, self)
             return fn(other, self)
     elif dunder in ("__neg__", "__abs__", "__invert__"):
         op = fn
@@ -52,11 +52,26 @@ def _operator(row, dunder):
 
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
-                return NotImplemented
+                return _foreign(fn, self, other)
             return fn(self, other)
 
     op.__name__ = op.__qualname__ = dunder
     return op
+
+
+def _foreign(fn, a, b):
+    """An operator whose other operand is neither a Tensor nor a number.
+
+    An operand implementing ``__tensorplay_function__`` gets the call (as ``fn``); when
+    no handler accepts it, or the operand has no handler, return ``NotImplemented`` so
+    Python tries the operand's own (reflected) operator, as PyTorch does.
+    """
+    if not overrides.has_tensorplay_function((a, b)):
+        return NotImplemented
+    try:
+        return fn(a, b)
+    except overrides.NoImplementationError:
+        return NotImplemented
 
 
 class _Lazy:
@@ -112,15 +127,17 @@ def _extreme(name):
     return extreme
 
 
-max = _extreme("max")  # noqa: A001 - torch's public names
-min = _extreme("min")  # noqa: A001
+max = overrides.overridable(_extreme("max"))  # noqa: A001 - torch's public names
+min = overrides.overridable(_extreme("min"))  # noqa: A001
 
 
+@overrides.overridable
 def allclose(input, other, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
     """True when every element is close (``isclose``); shapes must broadcast."""
     return bool(OPS["isclose"].fn(input, other, rtol, atol, equal_nan).all().item())
 
 
+@overrides.overridable
 def equal(input, other) -> bool:
     """True when both tensors have the same shape and elements."""
     if input._shape != other._shape:
