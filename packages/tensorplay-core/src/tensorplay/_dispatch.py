@@ -252,6 +252,33 @@ def call(
         not state.plain or out is not None or _unusual(targs, params)
     ) and overrides_hook.needs_dispatch(targs, params, out):
         return overrides_hook.dispatch(row, targs, params, out, inplace)
+    if layers:
+        return _through_layers(0, row, targs, params, out, inplace)
+    return execute(row, targs, params, out, inplace)
+
+
+# Layers that see every call while they are active (profiler, autocast): each is a
+# function ``layer(next, row, targs, params, out, inplace)`` that may change the call
+# and must return ``next(row, targs, params, out, inplace)`` (or a result of its own).
+# A component activating a layer appends it here and calls ``state.block()`` (so the
+# fast path steps aside); it removes it and calls ``state.unblock()`` when done.
+layers: list = []
+
+
+def _through_layers(i, row, targs, params, out, inplace):
+    if i == len(layers):
+        return execute(row, targs, params, out, inplace)
+
+    def nxt(row, targs, params, out=None, inplace=None):
+        return _through_layers(i + 1, row, targs, params, out, inplace)
+
+    return layers[i](nxt, row, targs, params, out, inplace)
+
+
+def execute(
+    row: OpDef, targs: tuple, params: dict, out: Tensor | None = None, inplace: Tensor | None = None
+):
+    """The op itself: checks, dtype, shape, kernel, autograd recording, out=/in-place."""
     items = _inputs(row, targs)
     for i, x in enumerate(items):
         if not isinstance(x, Tensor) and not (x is None and _optional_input(row, i)):
