@@ -80,6 +80,7 @@ from tensorplay.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from tensorplay.utils import _python_dispatch  # noqa: F401 - installs the dispatch-mode hook
 
 # Every public op-table row is ``tp.<name>`` (one definition per op: _optable.py); the
 # function is generated on first access, by the module ``__getattr__`` below.

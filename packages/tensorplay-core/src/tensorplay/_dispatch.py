@@ -77,6 +77,15 @@ class _NoOverrides:
 overrides_hook = _NoOverrides  # replaced by the tensorplay.overrides module
 
 
+class _NoDispatchModes:
+    @staticmethod
+    def active() -> bool:
+        return False
+
+
+dispatch_modes = _NoDispatchModes  # replaced by tensorplay.utils._python_dispatch at import
+
+
 @dataclasses.dataclass(eq=False)
 class OpDef:
     """One row of the op table: everything TensorPlay knows about an op.
@@ -257,6 +266,22 @@ def call(
     return execute(row, targs, params, out, inplace)
 
 
+def _below_autograd_mode(row, targs, params, out, inplace):
+    """A dispatch mode produces the op's result; autograd records around it."""
+    items = _inputs(row, targs)
+    track = autograd_hooks.needs_grad(items)
+    if track and (inplace is not None or out is not None):
+        raise NotImplementedError(
+            f"{row.name}: in-place and out= calls on tensors that require grad are not "
+            "supported under a dispatch mode; use the out-of-place op"
+        )
+    result = dispatch_modes.run(row, targs, params, out, inplace)
+    outs = result if isinstance(result, tuple) else (result,)
+    if track and all(isinstance(o, Tensor) for o in outs):
+        return autograd_hooks.record(row, targs, params, result)
+    return result
+
+
 # Layers that see every call while they are active (profiler, autocast): each is a
 # function ``layer(next, row, targs, params, out, inplace)`` that may change the call
 # and must return ``next(row, targs, params, out, inplace)`` (or a result of its own).
@@ -279,6 +304,8 @@ def execute(
     row: OpDef, targs: tuple, params: dict, out: Tensor | None = None, inplace: Tensor | None = None
 ):
     """The op itself: checks, dtype, shape, kernel, autograd recording, out=/in-place."""
+    if dispatch_modes.active():
+        return _below_autograd_mode(row, targs, params, out, inplace)
     items = _inputs(row, targs)
     for i, x in enumerate(items):
         if not isinstance(x, Tensor) and not (x is None and _optional_input(row, i)):

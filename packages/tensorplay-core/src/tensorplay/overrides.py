@@ -225,6 +225,14 @@ def _layout(row, inplace: bool):
 
 def dispatch(row, targs: tuple, params: dict, out, inplace):
     """Hand a general-path call to the overrides: rebuild the user's call and run them."""
+    fn, args, kwargs = user_call(row, targs, params, out, inplace)
+    relevant = _flatten(list(targs) + list(params.values()) + ([out] if out is not None else []))
+    return handle_tensorplay_function(fn, relevant, *args, **kwargs)
+
+
+def user_call(row, targs: tuple, params: dict, out, inplace) -> tuple:
+    """``(public function, args, kwargs)`` of the call the dispatcher received as
+    ``targs``/``params`` (parameters left at their default are dropped)."""
     fn, sig, inputs = _layout(row, inplace is not None)
     values = dict(params)
     if row.n_inputs == "star":
@@ -251,8 +259,7 @@ def dispatch(row, targs: tuple, params: dict, out, inplace):
             args.extend(pending)
             args.append(v)
             pending = []
-    relevant = _flatten(list(targs) + list(params.values()) + ([out] if out is not None else []))
-    return handle_tensorplay_function(fn, relevant, *args, **kwargs)
+    return fn, tuple(args), kwargs
 
 
 def overridable(fn: Callable) -> Callable:
