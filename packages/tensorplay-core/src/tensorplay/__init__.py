@@ -11,7 +11,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 # ruff: noqa: E402 - the imports follow the __path__ setup above
-from tensorplay import _dtype, _optable, autograd, cuda, overrides
+from tensorplay import _dtype, _optable, autograd, cuda, overrides, profiler
 from tensorplay._bind import allclose, equal, max, min
 from tensorplay._device import device
 from tensorplay._dlpack import from_dlpack
@@ -72,6 +72,7 @@ from tensorplay._meta import broadcast_shapes
 from tensorplay._storage import UntypedStorage
 from tensorplay._tensor import Size, Tensor
 from tensorplay._version import __version__
+from tensorplay.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from tensorplay.autograd.grad_mode import (
     enable_grad,
     inference_mode,

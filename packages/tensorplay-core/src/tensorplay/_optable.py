@@ -1054,6 +1054,10 @@ def _var(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     ddof = correction if correction is not None else (0 if unbiased is False else 1)
     axes = _axes(a, dim, "var")
     n = _count(a, axes)
+    # accumulate in double precision (as torch's CPU kernels do): constant data then has
+    # a variance of exactly 0 (0/0 = nan for a too large correction, not tiny/0 = inf)
+    if a.dtype.kind in "fc" and a.dtype.itemsize < 8 + 8 * (a.dtype.kind == "c"):
+        a = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
     d = a - xp.mean(a, axis=axes, keepdims=True) if n else a
     sq = (d * d.conj()).real if a.dtype.kind == "c" else d * d
     return xp.sum(sq, axis=axes, keepdims=keepdim) / max(n - ddof, 0)

@@ -1,10 +1,9 @@
 """Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
 
 from tensorplay import _dispatch
-from tensorplay.autograd import _record, forward_ad, functional, graph, tensor_api
+from tensorplay.autograd import _record, forward_ad, graph, tensor_api
 from tensorplay.autograd.engine import backward, grad
 from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable
-from tensorplay.autograd.functional import jacfwd, jacrev, jvp
 from tensorplay.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -13,7 +12,6 @@ from tensorplay.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
-from tensorplay.autograd.gradcheck import GradcheckError, gradcheck, gradgradcheck
 
 __all__ = [
     "backward",
@@ -40,3 +38,26 @@ __all__ = [
 
 tensor_api.install()
 _dispatch.autograd_hooks = _record  # from now on the dispatcher records graphs
+
+# gradcheck and the functional API load on first use (they cost ~10 ms of import time)
+_LAZY = {
+    "functional": ("functional", None),
+    "jvp": ("functional", "jvp"),
+    "jacrev": ("functional", "jacrev"),
+    "jacfwd": ("functional", "jacfwd"),
+    "gradcheck": ("gradcheck", "gradcheck"),
+    "gradgradcheck": ("gradcheck", "gradgradcheck"),
+    "GradcheckError": ("gradcheck", "GradcheckError"),
+}
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tensorplay.autograd' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(f"tensorplay.autograd.{module_name}")
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value  # also replaces the submodule attribute the import just set
+    return value
