@@ -21,6 +21,7 @@ import ml_dtypes
 import numpy as np
 
 import tensorplay as tp
+from tensorplay import _dtype as D
 from tensorplay._dispatch import _CATS
 
 # the dtypes every row is tried with (rows whose ``allow`` excludes one must raise)
@@ -36,20 +37,7 @@ DTYPES = [
     tp.float64,
     tp.complex64,
 ]
-ALL_DTYPES = [
-    tp.bool,
-    tp.uint8,
-    tp.int8,
-    tp.int16,
-    tp.int32,
-    tp.int64,
-    tp.float16,
-    tp.bfloat16,
-    tp.float32,
-    tp.float64,
-    tp.complex64,
-    tp.complex128,
-]
+ALL_DTYPES = list(D.ALL)
 
 # (rtol, atol) per result dtype; integer and bool results are compared exactly
 TOL = {
@@ -680,26 +668,21 @@ def _erf(x):
     return np.asarray(np.frompyfunc(math.erf, 1, 1)(x)).astype(np.float64)
 
 
-def _py_floordiv(a, b):
-    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.asarray(
-            np.frompyfunc(operator.floordiv, 2, 1)(a.astype(object), b.astype(object))
-        ).astype(np.int64)
-    return np.asarray(
-        np.frompyfunc(operator.floordiv, 2, 1)(a.astype(np.float64), b.astype(np.float64))
-    ).astype(np.float64)
+def _python_semantics(op):
+    """Elementwise Python ``op`` (floor semantics of // and %), exact for integers."""
+
+    def ref(a, b):
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        exact = a.dtype.kind in "iub" and b.dtype.kind in "iub"
+        kind = object if exact else np.float64
+        out = np.frompyfunc(op, 2, 1)(a.astype(kind), b.astype(kind))
+        return np.asarray(out).astype(np.int64 if exact else np.float64)
+
+    return ref
 
 
-def _py_mod(a, b):
-    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
-    if a.dtype.kind in "iub" and b.dtype.kind in "iub":
-        return np.asarray(
-            np.frompyfunc(operator.mod, 2, 1)(a.astype(object), b.astype(object))
-        ).astype(np.int64)
-    return np.asarray(
-        np.frompyfunc(operator.mod, 2, 1)(a.astype(np.float64), b.astype(np.float64))
-    ).astype(np.float64)
+_py_floordiv = _python_semantics(operator.floordiv)
+_py_mod = _python_semantics(operator.mod)
 
 
 def _trunc_div(a, b):

@@ -11,22 +11,9 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from tensorplay import _dlpack as dl
+from tensorplay import _dlpack as dl, _dtype as D
 
-ALL_DTYPES = [
-    tp.bool,
-    tp.uint8,
-    tp.int8,
-    tp.int16,
-    tp.int32,
-    tp.int64,
-    tp.float16,
-    tp.bfloat16,
-    tp.float32,
-    tp.float64,
-    tp.complex64,
-    tp.complex128,
-]
+ALL_DTYPES = list(D.ALL)
 EXPECTED_CODES = {
     tp.bool: (6, 8),
     tp.uint8: (1, 8),
