@@ -129,6 +129,11 @@ def __getattr__(name: str):
     if row is not None:
         globals()[name] = row.fn
         return row.fn
+    if name == "ops":  # tp.ops.<namespace>.<op>: operators registered by tensorplay.library
+        from tensorplay._ops import ops
+
+        globals()["ops"] = ops
+        return ops
     # Components are separate distributions: resolve them on first use, never at import.
     if name in _LAZY:
         import importlib

@@ -1,10 +1,71 @@
 """User-defined operators for TensorPlay (distribution ``tensorplay-library``).
 
-Will hold ``custom_op``, ``triton_op``, ``tile_lang_op``, the ``register_*`` decorators
-(kernel, fake, autograd, vmap), ``Library``, ``opcheck`` and ``infer_schema``: one operator
-contract through eager execution, autograd, graph capture and backend execution.
+``custom_op`` turns a Python function into a registered operator (``tp.ops.ns.op``)
+that keeps one contract through eager execution (per-device kernels), autograd
+(``register_autograd``), meta/fake execution (``register_fake``), graph capture (one
+node) and the testing utilities (``opcheck``)::
+
+    import tensorplay as tp
+    from tensorplay import library
+
+    @library.custom_op("mylib::scaled", mutates_args=())
+    def scaled(x):
+        return tp.mul(x, 2.0)
+
+    @scaled.register_autograd
+    def _(ctx, grad):
+        return (tp.mul(grad, 2.0),)
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tensorplay.library._api import (
+    custom_op,
+    define,
+    get_kernel,
+    impl,
+    impl_abstract,
+    register_autocast,
+    register_autograd,
+    register_fake,
+    register_kernel,
+    register_vmap,
+    tile_lang_op,
+    triton_op,
+)
+from tensorplay.library._kernel_wrappers import (
+    TileLangKernelWrapper,
+    TritonKernelWrapper,
+    wrap_tilelang,
+    wrap_triton,
+)
+from tensorplay.library._library import Library
+from tensorplay.library._op import CustomOpDef
+from tensorplay.library._opcheck import opcheck
+from tensorplay.library._registry import get_op, has_op
+from tensorplay.library._schema import infer_schema
+
+__all__ = [
+    "Library",
+    "CustomOpDef",
+    "custom_op",
+    "triton_op",
+    "tile_lang_op",
+    "wrap_triton",
+    "wrap_tilelang",
+    "register_kernel",
+    "register_fake",
+    "register_autograd",
+    "register_vmap",
+    "register_autocast",
+    "define",
+    "impl",
+    "impl_abstract",
+    "infer_schema",
+    "opcheck",
+    "get_kernel",
+    "get_op",
+    "has_op",
+    "TritonKernelWrapper",
+    "TileLangKernelWrapper",
+]

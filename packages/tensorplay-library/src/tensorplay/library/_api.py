@@ -1,0 +1,224 @@
+"""The public functions: defining operators (``custom_op`` and friends, ``define``) and
+the top-level ``register_*`` / ``impl`` / ``get_kernel`` that take an op or its name."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tensorplay.library import _registry
+from tensorplay.library._names import (
+    AGNOSTIC,
+    check_mutates_args,
+    check_schema,
+    device_keys,
+    dispatch_key as _dispatch_key,
+    parse_qualname,
+    schema_qualname,
+)
+from tensorplay.library._op import CustomOpDef
+
+__all__ = [
+    "TritonOpDef",
+    "TileLangOpDef",
+    "custom_op",
+    "triton_op",
+    "tile_lang_op",
+    "define",
+    "impl",
+    "impl_abstract",
+    "get_kernel",
+    "register_kernel",
+    "register_fake",
+    "register_autograd",
+    "register_vmap",
+    "register_autocast",
+]
+
+
+class TritonOpDef(CustomOpDef):
+    """An operator whose kernels launch Triton kernels (through ``wrap_triton``)."""
+
+    _kind = "triton_op"
+    is_triton_op = True
+
+
+class TileLangOpDef(CustomOpDef):
+    """An operator whose kernels launch TileLang kernels (through ``wrap_tilelang``)."""
+
+    _kind = "tile_lang_op"
+    is_tile_lang_op = True
+
+
+def _definer(cls: type[CustomOpDef], name, fn, mutates_args, device_types, schema):
+    namespace, opname = parse_qualname(name)
+    mutates = check_mutates_args(name, mutates_args)
+    schema = check_schema(name, schema)
+    device_keys(name, device_types)  # validate before the decorator is applied
+
+    def define_op(func: Callable[..., Any]) -> CustomOpDef:
+        if not callable(func):
+            raise TypeError(f"{name}: the operator body must be callable, got {func!r}")
+        op = cls(namespace, opname, func, mutates, device_types, schema)
+        return _registry.add(op)
+
+    return define_op if fn is None else define_op(fn)
+
+
+def custom_op(
+    name: str,
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    mutates_args: Sequence[str] = (),
+    device_types: Any = None,
+    schema: str | None = None,
+) -> Any:
+    """Define the operator ``name`` (``"namespace::name"``) with ``fn`` as its body.
+
+    Args:
+        name: qualified name, e.g. ``"mylib::scaled"``.
+        fn: the body; omit it to use ``custom_op(...)`` as a decorator.
+        mutates_args: names of the arguments the body writes in place.
+        device_types: None (the body serves every device) or the device type(s) it serves.
+        schema: optional schema string, kept verbatim for introspection and opcheck.
+
+    Returns the ``CustomOpDef`` (or a decorator producing it)::
+
+        @custom_op("mylib::scaled", mutates_args=())
+        def scaled(x):
+            return x * 2
+
+    Raises ``ValueError`` for a malformed name or schema, ``TypeError`` for a bad
+    ``mutates_args``, ``RuntimeError`` if ``name`` is already defined.
+    """
+    return _definer(CustomOpDef, name, fn, mutates_args, device_types, schema)
+
+
+def triton_op(
+    name: str,
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    mutates_args: Sequence[str] = (),
+    device_types: Any = None,
+    schema: str | None = None,
+) -> Any:
+    """Like ``custom_op``, for a body that launches Triton kernels through ``wrap_triton``;
+    captured as one opaque node (the compiler never traces into the launches)."""
+    return _definer(TritonOpDef, name, fn, mutates_args, device_types, schema)
+
+
+def tile_lang_op(
+    name: str,
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    mutates_args: Sequence[str] = (),
+    device_types: Any = None,
+    schema: str | None = None,
+) -> Any:
+    """Like ``custom_op``, for a body that launches TileLang kernels through
+    ``wrap_tilelang``; captured as one opaque node."""
+    return _definer(TileLangOpDef, name, fn, mutates_args, device_types, schema)
+
+
+def define(qualname: str, schema: str | None = None, *, lib: Any = None, tags: Any = ()) -> None:
+    """Create the operator ``qualname`` without a kernel, if it does not exist yet.
+
+    ``qualname`` may be a full ``"ns::op(Tensor x) -> Tensor"`` string. Kernels are
+    attached afterwards with ``impl`` / ``register_kernel``.
+    """
+    if not isinstance(qualname, str):
+        raise TypeError(f"define: qualname must be a str, got {type(qualname).__name__}")
+    if "(" in qualname:
+        if schema is not None:
+            raise ValueError(
+                f"define({qualname!r}, {schema!r}): the schema is given twice; pass either a "
+                "full 'ns::op(...) -> ...' string or a name and a schema"
+            )
+        qualname, schema = schema_qualname(qualname)
+    define_op(qualname, schema, exist_ok=True)
+
+
+def define_op(qualname: str, schema: str | None, *, exist_ok: bool) -> CustomOpDef:
+    """Create a kernel-less op (shared by ``define`` and ``Library.define``)."""
+    namespace, opname = parse_qualname(qualname)
+    schema = check_schema(qualname, schema)
+    with _registry.lock:
+        if _registry.has_op(qualname):
+            if exist_ok:
+                return _registry.get_op(qualname)
+        return _registry.add(CustomOpDef(namespace, opname, None, (), None, schema))
+
+
+def impl(qualname: Any, types: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+    """Register ``func`` for ``types`` (``"CPU"``/``"CUDA"``, a composite spelling for the
+    device-agnostic slot, or ``"Meta"`` for the fake kernel); decorator or direct."""
+    op = _registry.resolve(qualname)
+    if isinstance(types, str) and types.lower() == "meta":
+        return op.register_fake(func) if func is not None else op.register_fake()
+    return op.register_kernel(types, func)
+
+
+def impl_abstract(qualname: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+    """The older name of ``register_fake``."""
+    return register_fake(qualname, func)
+
+
+def get_kernel(op: Any, dispatch_key: str) -> Callable[..., Any]:
+    """The kernel registered for ``dispatch_key``: ``"cpu"``/``"cuda"`` give the concrete
+    kernel (no fallback), ``"default"``/``"composite"``/Composite spellings the
+    device-agnostic one. ``LookupError`` when it is missing or disabled."""
+    op = _registry.resolve(op)
+    key = _dispatch_key(op.name, dispatch_key)
+    kernel = op._kernel(key)
+    if kernel is None:
+        state = "disabled" if key in op._disabled else "registered"
+        slot = "device-agnostic" if key == AGNOSTIC else repr(key)
+        raise LookupError(
+            f"{op.name} has no {slot} kernel {state} (registered: {op._registered()}); "
+            f"register one via {op.name}.register_kernel"
+            f"({'None' if key == AGNOSTIC else repr(key)})"
+        )
+    return kernel
+
+
+def register_kernel(
+    op: Any, device_types: Any = None, func: Callable[..., Any] | None = None, /, *, lib=None
+):
+    """``op.register_kernel(device_types, func)`` for an op or its qualified name."""
+    return _registry.resolve(op).register_kernel(device_types, func)
+
+
+def register_fake(
+    op: Any, func: Callable[..., Any] | None = None, /, *, lib=None, allow_override: bool = True
+):
+    """``op.register_fake(func)`` for an op or its qualified name."""
+    target = _registry.resolve(op)
+    if func is None:
+        return target.register_fake(allow_override=allow_override)
+    return target.register_fake(func, allow_override=allow_override)
+
+
+def register_autograd(
+    op: Any,
+    backward: Callable[..., Any],
+    /,
+    *,
+    setup_context: Callable[..., Any] | None = None,
+    lib=None,
+) -> None:
+    """``op.register_autograd(backward, setup_context=...)`` for an op or its name."""
+    _registry.resolve(op).register_autograd(backward, setup_context=setup_context)
+
+
+def register_vmap(op: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+    """``op.register_vmap(func)`` for an op or its qualified name."""
+    target = _registry.resolve(op)
+    return target.register_vmap() if func is None else target.register_vmap(func)
+
+
+def register_autocast(op: Any, device_type: str, cast_inputs: Any, /, *, lib=None) -> None:
+    """``op.register_autocast(device_type, cast_inputs)`` for an op or its name."""
+    _registry.resolve(op).register_autocast(device_type, cast_inputs)

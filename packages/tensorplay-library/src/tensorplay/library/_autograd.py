@@ -1,0 +1,201 @@
+"""Autograd for operators with ``register_autograd``: the forward builds one graph node
+directly (no ``Function.apply`` round trip), the node calls the user's ``backward``.
+
+The context is core's ``FunctionCtx``, so ``ctx.save_for_backward``,
+``ctx.saved_tensors``, ``ctx.needs_input_grad``, ``ctx.mark_non_differentiable`` and
+``ctx.set_materialize_grads`` behave as in a ``tp.autograd.Function``.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from tensorplay._tensor import Tensor
+from tensorplay.autograd import grad_mode
+from tensorplay.autograd._record import differentiable_dtype, sum_to
+from tensorplay.autograd.function import FunctionCtx
+from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+
+if TYPE_CHECKING:
+    from tensorplay.library._op import CustomOpDef
+
+__all__ = ["apply", "CustomOpBackward"]
+
+_grad = grad_mode.state
+_NO_EDGE = (None, 0)
+
+
+def apply(op: CustomOpDef, args: tuple, kwargs: dict):
+    """Run ``op`` below autograd and attach its backward node to the outputs."""
+    backward, setup_context = op._formula  # type: ignore[misc]
+    inputs = op._inputs(args, kwargs)
+    _check_mutated(op, args, kwargs)
+    prev = _grad.enabled
+    _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
+    try:
+        output = op._below_autograd(args, kwargs)
+    finally:
+        _grad.enabled = prev
+    ctx = FunctionCtx()
+    ctx.needs_input_grad = tuple(_requires_grad(x) for x in inputs)
+    single = not isinstance(output, tuple)
+    outs = (output,) if single else output
+    if setup_context is not None:
+        setup_context(ctx, inputs, output)
+    node = CustomOpBackward(op, backward, ctx, inputs, outs)
+    ctx._node = weakref.ref(node)  # the node owns ctx; a strong reference back is a cycle
+    connected = _connect(node, ctx, inputs, outs)
+    if ctx._to_save:
+        ctx._saved = [
+            None if t is None else SavedTensor(_resolve(t, outs, connected), node)
+            for t in ctx._to_save
+        ]
+        ctx._to_save = ()  # raw references would keep the outputs (and the node) alive
+    return connected[0] if single else tuple(connected)
+
+
+def _requires_grad(x: Any) -> bool:
+    if isinstance(x, Tensor):
+        return x.requires_grad
+    if type(x) is list or type(x) is tuple:
+        return any(isinstance(y, Tensor) and y.requires_grad for y in x)
+    return False
+
+
+def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
+    if not op._mutates_args:
+        return
+    names = op._input_names()
+    for name in op._mutates_args:
+        value = kwargs.get(name)
+        if value is None and name in names and names.index(name) < len(args):
+            value = args[names.index(name)]
+        if _requires_grad(value):
+            raise RuntimeError(
+                f"{op.name}: argument {name!r} is mutated in place (mutates_args) and requires "
+                "grad; autograd through mutated arguments is not supported. Pass a tensor that "
+                "does not require grad (e.g. x.detach().clone()) or make the op functional"
+            )
+
+
+def _connect(node: CustomOpBackward, ctx: FunctionCtx, inputs: tuple, outs: tuple) -> list:
+    """Point the differentiable outputs at ``node``; an input returned as-is is detached
+    first (the output is a new tensor that aliases it)."""
+    non_diff = {id(t) for t in ctx._non_differentiable}
+    input_ids = {id(x) for x in inputs if isinstance(x, Tensor)}
+    connected = []
+    for i, o in enumerate(outs):
+        if isinstance(o, Tensor):
+            if id(o) in input_ids:
+                o = o.detach()
+            if id(outs[i]) in non_diff or not differentiable_dtype(o.dtype):
+                o.requires_grad = False
+            else:
+                o.requires_grad, o.grad_fn, o._output_nr = True, node, i
+        connected.append(o)
+    return connected
+
+
+def _resolve(t, before: tuple, after: list):
+    """A saved output is the tensor handed back to the caller (the one carrying the node)."""
+    for b, a in zip(before, after):
+        if t is b:
+            return a
+    return t
+
+
+class CustomOpBackward(Node):
+    """The backward node of one call of a library op: calls the registered ``backward``
+    and checks that it returned one gradient per input, shaped like the input."""
+
+    def __init__(self, op: CustomOpDef, backward, ctx: FunctionCtx, inputs: tuple, outs: tuple):
+        edges: list = []
+        layout: list = []  # per input: None (no gradient), -1 (one tensor) or n (a list of n)
+        meta: list = []
+        for x in inputs:
+            if isinstance(x, Tensor):
+                layout.append(-1)
+                edges.append(edge_of(x))
+                meta.append((x._shape, x.dtype))
+            elif (type(x) is list or type(x) is tuple) and x and isinstance(x[0], Tensor):
+                layout.append(len(x))
+                edges.extend(edge_of(y) if isinstance(y, Tensor) else _NO_EDGE for y in x)
+                meta.extend((y._shape, y.dtype) if isinstance(y, Tensor) else None for y in x)
+            else:
+                layout.append(None)
+        super().__init__(tuple(edges), n_outputs=len(outs))
+        self.op, self.backward, self.ctx = op, backward, ctx
+        self._layout, self._meta = layout, meta
+        self._outs_meta = [
+            (o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outs
+        ]
+
+    def name(self) -> str:
+        return f"{self.op.name}Backward"
+
+    def release(self) -> None:
+        self._released = True
+        self.ctx._saved = None
+
+    def apply(self, grad_outputs: list) -> tuple:
+        if self.ctx.materialize_grads and None in grad_outputs:
+            from tensorplay._factories import zeros  # noqa: PLC0415
+
+            grad_outputs = [
+                zeros(m[0], dtype=m[1], device=m[2]) if g is None and m is not None else g
+                for g, m in zip(grad_outputs, self._outs_meta)
+            ]
+        grads = self.backward(self.ctx, *grad_outputs)
+        return self._flatten(grads)
+
+    def _flatten(self, grads) -> tuple:
+        layout = self._layout
+        if not isinstance(grads, (tuple, list)) or (len(layout) == 1 and layout[0] not in (-1,)):
+            grads = (grads,)
+        if len(grads) != len(layout):
+            names = self.op._input_names()
+            raise RuntimeError(
+                f"{self.op.name}: the backward registered with register_autograd returned "
+                f"{len(grads)} gradient(s), but the op has {len(layout)} input(s)"
+                + (f" ({', '.join(names)})" if names else "")
+                + "; return one per input, None for inputs that get no gradient"
+            )
+        flat: list = []
+        for i, (g, kind) in enumerate(zip(grads, layout)):
+            if kind is None:
+                continue  # a non-tensor input: whatever was returned is ignored (None expected)
+            if kind == -1:
+                flat.append(g)
+            elif g is None:
+                flat.extend([None] * kind)
+            elif isinstance(g, (list, tuple)) and len(g) == kind:
+                flat.extend(g)
+            else:
+                raise RuntimeError(
+                    f"{self.op.name}: backward must return a list of {kind} gradients for "
+                    f"input {i} (a list of tensors), got {type(g).__name__}"
+                )
+        return tuple(self._fit(i, g, m) for i, (g, m) in enumerate(zip(flat, self._meta)))
+
+    def _fit(self, i: int, g, meta):
+        if g is None or meta is None:
+            return None
+        if not isinstance(g, Tensor):
+            raise TypeError(
+                f"{self.op.name}: backward returned a {type(g).__name__} as gradient {i}; "
+                "expected a Tensor or None"
+            )
+        shape, dt = meta
+        if g._shape != shape:
+            try:
+                fitted = sum_to(g, shape) if len(g._shape) >= len(shape) else g
+            except RuntimeError:
+                fitted = g
+            if fitted._shape != shape:
+                raise RuntimeError(
+                    f"{self.op.name}: backward returned gradient {i} of shape "
+                    f"{list(g._shape)}, but the input has shape {list(shape)}"
+                )
+            g = fitted
+        return g if g.dtype is dt else g.to(dt)
