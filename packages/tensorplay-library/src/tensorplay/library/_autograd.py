@@ -16,6 +16,7 @@ from tensorplay.autograd import grad_mode
 from tensorplay.autograd._record import differentiable_dtype, sum_to
 from tensorplay.autograd.function import FunctionCtx
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+from tensorplay.utils import _python_dispatch
 
 if TYPE_CHECKING:
     from tensorplay.library._op import CustomOpDef
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = ["apply", "CustomOpBackward"]
 
 _grad = grad_mode.state
+_modes = _python_dispatch._stack  # .modes: the dispatch modes of this thread
 _NO_EDGE = (None, 0)
 
 
@@ -31,12 +33,15 @@ def apply(op: CustomOpDef, args: tuple, kwargs: dict):
     backward, setup_context = op._formula  # type: ignore[misc]
     inputs = op._inputs(args, kwargs)
     _check_mutated(op, args, kwargs)
-    prev = _grad.enabled
-    _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
-    try:
-        output = op._below_autograd(args, kwargs)
-    finally:
-        _grad.enabled = prev
+    if _modes.modes:  # a dispatch mode sees the call (its ``func`` runs without grad)
+        output = op._through_mode(args, kwargs)
+    else:
+        kernel = op._pick_kernel(args, kwargs)
+        _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
+        try:
+            output = kernel(*args, **kwargs)
+        finally:
+            _grad.enabled = True  # apply() only runs with grad mode on
     ctx = FunctionCtx()
     ctx.needs_input_grad = tuple(_requires_grad(x) for x in inputs)
     single = not isinstance(output, tuple)
@@ -151,8 +156,12 @@ class CustomOpBackward(Node):
 
     def _flatten(self, grads) -> tuple:
         layout = self._layout
-        if not isinstance(grads, (tuple, list)) or (len(layout) == 1 and layout[0] not in (-1,)):
+        if not isinstance(grads, (tuple, list)):
             grads = (grads,)
+        elif len(layout) == 1 and layout[0] not in (None, -1):
+            # one list-of-tensors input: accept its gradient list bare or wrapped in a tuple
+            if not (len(grads) == 1 and isinstance(grads[0], (tuple, list))):
+                grads = (grads,)
         if len(grads) != len(layout):
             names = self.op._input_names()
             raise RuntimeError(
