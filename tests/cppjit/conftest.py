@@ -27,9 +27,3 @@ def engine():
     """Skip (not pass) when the optional tvm-ffi engine is missing."""
     if not cpp_jit.is_available():
         pytest.skip("apache-tvm-ffi not installed")
-
-
-def cuda_available() -> bool:
-    import tensorplay as tp
-
-    return tp.cuda.is_available()

@@ -132,6 +132,14 @@ class _Options:
             str(Path(p).resolve()) for p in _str_list("extra_include_paths", extra_include_paths)
         ]
 
+    def link_cuda_runtime(self) -> None:
+        # tvm-ffi links -lcudart without an rpath; record where it is so the library
+        # loads without LD_LIBRARY_PATH (the toolkit path also enters the cache key).
+        home = _cuda.cuda_home()
+        for lib in ("lib64", "lib"):
+            if (home / lib).is_dir():
+                self.ldflags.append(f"-Wl,-rpath,{(home / lib).resolve()}")
+
     def key_parts(self, with_cuda: bool) -> dict:
         tvm_ffi = _engine.engine()
         return {
@@ -295,6 +303,8 @@ def build_inline(
     fmap = _function_map(functions)
     opts = _Options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths)
     with_cuda = cuda is not None
+    if with_cuda:
+        opts.link_cuda_runtime()
     key = _cache.content_key(
         {"kind": "inline", "name": name, "cpp": cpp, "cuda": cuda, "functions": fmap}
         | opts.key_parts(with_cuda)
@@ -341,6 +351,8 @@ def build(
         raise ValueError("cpp_jit: pass cpp_files and/or cuda_files (both are empty)")
     opts = _Options(extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths)
     with_cuda = bool(cuda)
+    if with_cuda:
+        opts.link_cuda_runtime()
     contents = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in cpp + cuda}
     key = _cache.content_key(
         {
