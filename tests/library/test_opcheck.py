@@ -1,0 +1,252 @@
+"""opcheck: test selection, the four default checks, test_gradcheck and devices= (spec:
+opcheck)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import tensorplay as tp
+from tensorplay import capture, library
+from tensorplay.library import _opcheck
+
+
+def _good(qualname):
+    op = library.custom_op(qualname(), lambda x, w: x * w)
+    op.register_fake(lambda x, w: x.new_empty(x.shape))
+
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return g * w, g * x
+
+    op.register_autograd(backward, setup_context=lambda ctx, i, o: ctx.save_for_backward(*i))
+    return op
+
+
+class _Node:
+    def __init__(self, op, target):
+        self.op, self.target = op, target
+
+
+class MiniTracer:
+    """A stand-in for tensorplay.graph.Tracer: records library calls through core's capture
+    interface and replays them (enough for test_aot_dispatch_dynamic's contract)."""
+
+    def trace(self, fn, sample_inputs):
+        nodes = []
+
+        class Rec:
+            def record_call(self, target, args, kwargs):
+                nodes.append(_Node("call_function", target))
+                return P()
+
+        class P(capture.Proxy):
+            pass
+
+        with capture.tracing(Rec()):
+            fn(*[P() for _ in sample_inputs])
+
+        class GM:
+            graph = type("G", (), {"nodes": nodes})
+
+            def __call__(self, *tensors):
+                return fn(*tensors)
+
+        return GM()
+
+
+@pytest.fixture
+def mini_tracer(monkeypatch):
+    monkeypatch.setattr(_opcheck, "_tracer_class", lambda: MiniTracer)
+
+
+def test_good_op_passes_every_check(qualname, mini_tracer):
+    op = _good(qualname)
+    args = (tp.randn(3, 2), tp.randn(3, 2))
+    assert library.opcheck(op, args) == {}
+    assert library.opcheck(op.name, args, test_utils="all") == {}
+
+
+def test_unknown_test_is_a_value_error_before_anything_runs(qualname):
+    runs = []
+    op = library.custom_op(qualname(), lambda x: runs.append(1) or x * 1)
+    with pytest.raises(ValueError, match="unknown test 'test_nope'"):
+        library.opcheck(op, (tp.ones(1),), test_utils=["test_schema", "test_nope"])
+    assert runs == []
+
+
+def test_single_str_selects_one_check(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)  # no fake kernel
+    assert library.opcheck(op, (tp.ones(2),), test_utils="test_schema") == {}
+    failures = library.opcheck(
+        op, (tp.ones(2),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert list(failures) == ["test_faketensor"]
+    assert failures["test_faketensor"].startswith("OpCheckError: ")
+    assert "register_fake" in failures["test_faketensor"]
+
+
+def test_failures_raise_with_count_and_op_name(qualname):
+    name = qualname()
+    op = library.custom_op(name, lambda x: x * 2)
+    with pytest.raises(RuntimeError, match=rf"opcheck\({name}\) failed 1 check\(s\): test_fake"):
+        library.opcheck(op, (tp.ones(2),), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_schema_catches_undeclared_mutation(qualname):
+    def body(x, y):
+        y.add_(1)
+        return x + 1
+
+    op = library.custom_op(qualname(), body)
+    user_y = tp.zeros(2)
+    failures = library.opcheck(
+        op, (tp.ones(2), user_y), test_utils="test_schema", raise_exception=False
+    )
+    assert "argument 'y'" in failures["test_schema"]
+    assert "mutates_args=('y',)" in failures["test_schema"]
+    assert user_y.tolist() == [0.0, 0.0]  # opcheck works on clones
+
+
+def test_schema_trusts_declared_mutation(qualname):
+    def body(x, y):
+        y.add_(1)
+        return x + 1
+
+    op = library.custom_op(qualname(), body, mutates_args=("y",))
+    assert library.opcheck(op, (tp.ones(2), tp.zeros(2)), test_utils="test_schema") == {}
+
+
+def test_schema_catches_output_aliasing_an_input(qualname):
+    op = library.custom_op(qualname(), lambda x: x[1:])
+    failures = library.opcheck(op, (tp.ones(3),), test_utils="test_schema", raise_exception=False)
+    assert "output 0 aliases input 'x'" in failures["test_schema"]
+
+
+def test_autograd_registration_catches_a_broken_graph(qualname):
+    op = library.custom_op(qualname(), lambda x: tp.tensor(x.detach().numpy() * 2))
+    failures = library.opcheck(
+        op, (tp.ones(2),), test_utils="test_autograd_registration", raise_exception=False
+    )
+    assert "does not require grad" in failures["test_autograd_registration"]
+    assert "register_autograd" in failures["test_autograd_registration"]
+
+
+def test_autograd_registration_catches_a_dropped_gradient(qualname):
+    op = library.custom_op(qualname(), lambda x, w: x * w)
+    op.register_autograd(lambda ctx, g: (g, None))
+    failures = library.opcheck(
+        op, (tp.ones(2), tp.ones(2)), test_utils="test_autograd_registration", raise_exception=False
+    )
+    assert "input 'w' got no gradient" in failures["test_autograd_registration"]
+
+
+def test_implicit_autograd_passes_the_registration_check(qualname):
+    op = library.custom_op(qualname(), lambda x: (x * x).sum(dim=0))
+    assert library.opcheck(op, (tp.ones(3, 2),), test_utils="test_autograd_registration") == {}
+
+
+def test_faketensor_catches_wrong_shape_and_dtype(qualname):
+    op = library.custom_op(qualname(), lambda x: x.sum(dim=0))
+    op.register_fake(lambda x: x.new_empty(x.shape))
+    failures = library.opcheck(
+        op, (tp.ones(3, 2),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert "shape [3, 2]" in failures["test_faketensor"] and "[2]" in failures["test_faketensor"]
+    op.register_fake(lambda x: tp.empty(x.shape[1:], dtype=tp.float64, device="meta"))
+    failures = library.opcheck(
+        op, (tp.ones(3, 2),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert "float64" in failures["test_faketensor"]
+
+
+def test_faketensor_catches_a_fake_that_reads_data(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)
+    op.register_fake(lambda x: tp.tensor(x.tolist()))
+    failures = library.opcheck(
+        op, (tp.ones(2),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert "test_faketensor" in failures
+
+
+def test_aot_dispatch_dynamic_compares_captured_and_eager(qualname, mini_tracer):
+    op = _good(qualname)
+    assert (
+        library.opcheck(op, (tp.ones(2), tp.ones(2)), test_utils="test_aot_dispatch_dynamic") == {}
+    )
+
+
+def test_aot_dispatch_dynamic_catches_a_body_that_is_traced_into(qualname, monkeypatch):
+    op = _good(qualname)
+
+    class TracesInto(MiniTracer):
+        def trace(self, fn, sample_inputs):
+            gm = super().trace(fn, sample_inputs)
+            gm.graph.nodes = [_Node("call_function", "mul")]
+            return gm
+
+    monkeypatch.setattr(_opcheck, "_tracer_class", lambda: TracesInto)
+    failures = library.opcheck(
+        op, (tp.ones(2), tp.ones(2)), test_utils="test_aot_dispatch_dynamic", raise_exception=False
+    )
+    assert "expected exactly one" in failures["test_aot_dispatch_dynamic"]
+
+
+def test_aot_dispatch_dynamic_without_compile_is_an_explicit_skip(qualname, monkeypatch):
+    def missing():
+        raise _opcheck._Skip("graph capture needs the tensorplay-compile distribution")
+
+    monkeypatch.setattr(_opcheck, "_tracer_class", missing)
+    op = _good(qualname)
+    with pytest.warns(UserWarning, match="test_aot_dispatch_dynamic skipped.*tensorplay-compile"):
+        failures = library.opcheck(op, (tp.ones(2), tp.ones(2)))
+    assert failures == {}
+
+
+def test_aot_dispatch_dynamic_with_the_real_tracer(qualname):
+    graph = pytest.importorskip("tensorplay.graph")
+    if not hasattr(graph, "Tracer"):
+        pytest.skip("tensorplay-compile has no Tracer in this checkout")
+    op = _good(qualname)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert library.opcheck(op, (tp.randn(4), tp.randn(4)), test_utils="all") == {}
+
+
+def test_gradcheck_catches_a_wrong_formula(qualname):
+    op = library.custom_op(qualname(), lambda x: x * x)
+    op.register_autograd(lambda ctx, g: g * 3)  # wrong: d(x*x)/dx = 2x
+    assert library.opcheck(op, (tp.ones(3),), test_utils="test_autograd_registration") == {}
+    failures = library.opcheck(
+        op, (tp.ones(3),), test_utils="test_gradcheck", raise_exception=False
+    )
+    assert "GradcheckError" in failures["test_gradcheck"]
+
+
+def test_tolerances_are_forwarded(qualname, mini_tracer):
+    op = _good(qualname)
+    assert library.opcheck(op, (tp.ones(2), tp.ones(2)), atol=1e-3, rtol=1e-3) == {}
+
+
+def test_devices_runs_per_device_and_keys_failures(qualname, mini_tracer):
+    op = library.custom_op(qualname(), lambda x: x * 2, device_types="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        failures = library.opcheck(
+            op, (tp.ones(2),), devices=["cpu", "cuda"], raise_exception=False
+        )
+    assert "test_faketensor[cpu]" in failures and "test_schema[cpu]" not in failures
+    if not tp.cuda.is_available():
+        assert any("device 'cuda' skipped" in str(w.message) for w in caught)
+    assert set(library.opcheck(op, (tp.ones(2),), devices="all", raise_exception=False)) == {
+        "test_faketensor[cpu]"
+    }
+
+
+@pytest.mark.cuda
+def test_devices_on_cuda(qualname, mini_tracer):
+    if not tp.cuda.is_available():
+        pytest.skip("CUDA not available")
+    op = _good(qualname)
+    assert library.opcheck(op, (tp.randn(3), tp.randn(3)), devices="all") == {}
