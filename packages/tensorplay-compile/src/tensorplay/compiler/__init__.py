@@ -1,9 +1,32 @@
 """Compilation for TensorPlay (distribution ``tensorplay-compile``).
 
-Will hold ``compile`` (exposed as ``tp.compile``), the backend registry and the TVM
-lowering (``tensorplay-compile[tvm]``).
+``compile`` (also ``tp.compile``) captures a function with ``tensorplay.graph`` on its
+first call and hands the graph to a backend: ``"eager"`` (the interpreter) or ``"tvm"``
+(pointwise regions lowered to TVM kernels; ``pip install 'tensorplay-compile[tvm]'``).
+``compiled.report()`` shows how every node runs and why when it is not lowered.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tensorplay.compiler._api import CompiledFunction, compile, config
+from tensorplay.compiler._backends import (
+    InvalidBackend,
+    list_backends,
+    lookup_backend,
+    register_backend,
+)
+from tensorplay.compiler._report import Report, ReportRow
+from tensorplay.compiler._tvm_env import tvm_status
+
+__all__ = [
+    "CompiledFunction",
+    "InvalidBackend",
+    "Report",
+    "ReportRow",
+    "compile",
+    "config",
+    "list_backends",
+    "lookup_backend",
+    "register_backend",
+    "tvm_status",
+]

@@ -1,9 +1,25 @@
 """Graph capture for TensorPlay (distribution ``tensorplay-compile``).
 
-Will hold ``Graph``, ``Node``, ``GraphModule``, ``Tracer`` and ``Interpreter``: the tracer
-behind core's capture interface (``capturing()``, ``capture_call``, ``Proxy``).
+``Tracer().trace(fn, sample_inputs={"x": x})`` records the TensorPlay calls of ``fn`` as
+a ``Graph`` of ``Node`` s inside a callable ``GraphModule``; ``Interpreter`` runs one node
+at a time. The tracer plugs into core's capture interface (``tensorplay.capture``), so
+library ops record as one node each.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from tensorplay._capture import GraphCaptureError
+from tensorplay.graph._graph import Graph, Node
+from tensorplay.graph._interpreter import Interpreter
+from tensorplay.graph._module import GraphModule
+from tensorplay.graph._tracer import Proxy, Tracer
+
+__all__ = ["Graph", "GraphCaptureError", "GraphModule", "Interpreter", "Node", "Proxy", "Tracer"]
+
+
+def symbolic_trace(fn, sample_inputs=None) -> GraphModule:  # noqa: ANN001 - mirrors Tracer.trace
+    """``Tracer().trace(fn, sample_inputs)``: capture ``fn`` into a ``GraphModule``."""
+    return Tracer().trace(fn, sample_inputs)
+
+
+__all__ += ["symbolic_trace"]

@@ -1,0 +1,122 @@
+"""Vectorisable float32 exp, tanh, erf (and what is built on them) as TIR expressions.
+
+TVM lowers ``exp``/``tanh`` to scalar libm calls, which LLVM cannot vectorise: a fused
+kernel full of them loses to numpy. These are polynomial/rational approximations made
+of +, *, /, floor, min/max and bit casts only, so a vectorised loop stays vectorised.
+Accuracy (float32, checked against numpy in tests/compile/test_fastmath.py): a few ulp.
+
+Each takes a PrimExpr and binds it once with ``Let`` so the argument is computed once
+however often the formula reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+__all__ = ["FastMath"]
+
+
+class FastMath:
+    """The formulas, built against a loaded ``tvm`` (imported lazily by the backend)."""
+
+    def __init__(self, tvm: ModuleType) -> None:
+        self.tirx = tvm.tirx
+        self.te = tvm.te
+
+    def _c(self, v: float) -> Any:
+        return self.tirx.const(v, "float32")
+
+    def _let(self, name: str, value: Any, body: Callable[[Any], Any]) -> Any:
+        var = self.tirx.Var(name, "float32")
+        return self.tirx.Let(var, value, body(var))
+
+    def _poly(self, x: Any, coeffs: tuple) -> Any:
+        """Horner: coeffs[0] * x**(n-1) + ... + coeffs[-1]."""
+        acc = self._c(coeffs[0])
+        for c in coeffs[1:]:
+            acc = acc * x + self._c(c)
+        return acc
+
+    def exp(self, x: Any) -> Any:
+        """exp(x) = 2**n * e**f with n = round(x / ln 2) and a degree-7 polynomial for e**f
+        (Cephes' expf; the same split TVM's ``topi.fast_exp`` uses)."""
+        te, tirx = self.te, self.tirx
+        hi, lo = self._c(88.3762626647949), self._c(-88.3762626647949)
+
+        def body(v: Any) -> Any:
+            n = te.floor(v * self._c(1.44269504088896341) + self._c(0.5))
+
+            def with_n(n_: Any) -> Any:
+                # ln 2 split in two so that v - n*ln2 stays exact for large n
+                f = v - n_ * self._c(0.693359375) + n_ * self._c(2.12194440e-4)
+
+                def with_f(f_: Any) -> Any:
+                    p = self._poly(
+                        f_,
+                        (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3,
+                         4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1),
+                    )  # fmt: skip
+                    p = p * f_ * f_ + f_ + self._c(1.0)
+                    # 2**n built in the exponent bits: (n + 127) << 23
+                    two_n = tirx.reinterpret("float32", (n_.astype("int32") + 127) << 23)
+                    return p * two_n
+
+                return self._let("ef", f, with_f)
+
+            return self._let("en", n, with_n)
+
+        return self._let("ex", te.max(te.min(x, hi), lo), body)
+
+    def tanh(self, x: Any) -> Any:
+        """tanh as a rational function on [-9, 9] (Eigen's ``ptanh`` coefficients); tiny
+        |x| returns x itself, where the rational form's rounding would dominate."""
+        te, tirx = self.te, self.tirx
+
+        def body(v: Any) -> Any:
+            def with_sq(x2: Any) -> Any:
+                p = self._poly(
+                    x2,
+                    (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11,
+                     5.12229709037114e-08, 1.48572235717979e-05, 6.37261928875436e-04,
+                     4.89352455891786e-03),
+                ) * v  # fmt: skip
+                q = self._poly(
+                    x2,
+                    (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03,
+                     4.89352518554385e-03),
+                )  # fmt: skip
+                return p / q
+
+            approx = self._let("tx2", v * v, with_sq)
+            return tirx.Select(te.abs(v) < self._c(4e-4), v, approx)
+
+        return self._let("tx", te.max(te.min(x, self._c(9.0)), self._c(-9.0)), body)
+
+    def erf(self, x: Any) -> Any:
+        """erf as a rational function on [-4, 4] (Eigen's ``perf`` coefficients)."""
+        te = self.te
+
+        def body(v: Any) -> Any:
+            def with_sq(x2: Any) -> Any:
+                p = self._poly(
+                    x2,
+                    (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06,
+                     -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
+                     -1.60960333262415e-02),
+                ) * v  # fmt: skip
+                q = self._poly(
+                    x2,
+                    (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
+                     -7.37332916720468e-03, -1.42647390514189e-02),
+                )  # fmt: skip
+                return p / q
+
+            return self._let("rx2", v * v, with_sq)
+
+        return self._let("rx", te.max(te.min(x, self._c(4.0)), self._c(-4.0)), body)
+
+    def sigmoid(self, x: Any) -> Any:
+        """1 / (1 + exp(-x)): exp saturates at +-88, so no overflow to inf or nan."""
+        return self._c(1.0) / (self._c(1.0) + self.exp(-x))

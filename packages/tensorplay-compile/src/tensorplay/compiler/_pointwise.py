@@ -1,0 +1,256 @@
+"""Which captured nodes are pointwise ops a kernel can compute, and the fused regions.
+
+This module knows nothing about TVM: it normalises a node to ``PointwiseOp`` (op name,
+operands, parameters, dtypes) or says in words why it cannot, and cuts the graph into
+steps: maximal regions of pointwise nodes (one kernel each) and single nodes the
+interpreter runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import operator
+from typing import Any
+
+import tensorplay as tp
+from tensorplay.compiler._backends import barrier_kind
+from tensorplay.graph._graph import Graph, Node
+
+__all__ = ["Plan", "PointwiseOp", "Region", "normalise", "partition"]
+
+ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
+COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+UNARY = (
+    "neg", "abs", "square", "sqrt", "rsqrt", "reciprocal", "exp", "log", "sin", "cos",
+    "tanh", "sigmoid", "relu", "gelu", "silu",
+)  # fmt: skip
+SUPPORTED = frozenset(ARITH + COMPARE + UNARY + ("where", "clamp", "cast"))
+_FLOAT_ONLY = frozenset({"pow", "sqrt", "rsqrt", "reciprocal", "exp", "log", "sin", "cos",
+                         "tanh", "sigmoid", "gelu", "silu"})  # fmt: skip
+DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"})
+_CASTS = {
+    "float": tp.float32,
+    "double": tp.float64,
+    "int": tp.int32,
+    "long": tp.int64,
+    "short": tp.int16,
+    "bool": tp.bool,
+    "byte": tp.uint8,
+    "char": tp.int8,
+    "half": tp.float16,
+    "bfloat16": tp.bfloat16,
+}
+# in-place spellings that make a graph order-sensitive (fusing could move reads past them)
+_MUTATING_FUNCTIONS = (operator.setitem,)
+
+
+@dataclasses.dataclass
+class PointwiseOp:
+    """A node in normal form: ``name(*operands, **params)`` producing ``dtype``.
+
+    Operands are ``Node`` s (tensors) or Python numbers. ``compute_dtype`` is the dtype
+    operands are converted to before the op (the promoted input dtype for comparisons,
+    the result dtype otherwise).
+    """
+
+    name: str
+    operands: list
+    params: dict
+    dtype: str
+    compute_dtype: str
+
+
+def _dtype_name(t: Any) -> str:
+    return t.dtype.name if isinstance(t, tp.Tensor) else type(t).__name__
+
+
+def _public_name(target: Any) -> str | None:
+    name = getattr(target, "__name__", None)
+    if name and getattr(tp, name, None) is target:
+        return name
+    return None
+
+
+def _bind(name: str, args: tuple, kwargs: dict) -> dict:
+    return dict(_signature(name).bind(*args, **kwargs).arguments)
+
+
+@functools.cache
+def _signature(name: str) -> inspect.Signature:
+    return inspect.signature(getattr(tp, name))
+
+
+def normalise(node: Node) -> tuple[PointwiseOp | None, str]:
+    """``(PointwiseOp, "")`` for a lowerable node, else ``(None, reason)``."""
+    if node.op == "call_function":
+        name = _public_name(node.target)
+        args, kwargs = node.args, node.kwargs
+    elif node.op == "call_method":
+        name, args, kwargs = node.target, node.args, node.kwargs
+        if name == "where" and len(args) >= 2:  # x.where(cond, y) is where(cond, x, y)
+            name, args = "where", (args[1], args[0], *args[2:])
+    else:
+        return None, ""
+    if name is None:
+        return None, "not a TensorPlay op"
+    if name in _CASTS or name in ("to", "type_as"):
+        return _cast(node, name, args, kwargs)
+    if name not in SUPPORTED:
+        return None, "not pointwise" if not name.endswith("_") else "in-place op"
+    try:
+        bound = _bind(name, args, kwargs)
+    except TypeError as e:
+        return None, f"unexpected arguments ({e})"
+    if bound.pop("out", None) is not None:
+        return None, "out= is not lowered"
+    names = list(_signature(name).parameters)
+    n_operands = {"where": 3, "clamp": 3}.get(name, 2 if name in ARITH + COMPARE else 1)
+    operands = [bound.pop(n, None) for n in names[:n_operands]]
+    params = bound
+    if name == "div" and params.get("rounding_mode") is not None:
+        return None, "div(rounding_mode=...) is not lowered"
+    if name == "gelu" and params.get("approximate", "none") not in ("none", "tanh"):
+        return None, f"gelu approximate={params['approximate']!r}"
+    for o in operands:
+        if isinstance(o, Node):
+            if o.meta.get("val") is None:
+                return None, f"shape/dtype of {o.name} unknown (no fake kernel)"
+        elif o is not None and type(o) not in (int, float, bool):
+            return None, f"operand of type {type(o).__name__} is not lowered"
+    out = node.meta.get("val")
+    if out is None:
+        return None, "shape/dtype unknown (no fake kernel)"
+    tensors = [o.meta["val"] for o in operands if isinstance(o, Node)]
+    for t in [out, *tensors]:
+        if t.dtype.name not in DTYPES:
+            return None, f"dtype {t.dtype.name} unsupported"
+    dtype = out.dtype.name
+    # comparisons compare in the promoted input dtype; everything else computes in its result's
+    compute = tp.result_type(*_two(operands)).name if name in COMPARE else dtype
+    if compute == "bool" and name not in COMPARE + ("where", "clamp", "maximum", "minimum"):
+        return None, "bool arithmetic is not lowered"
+    if name in _FLOAT_ONLY and not dtype.startswith("float"):
+        return None, f"{name} on {dtype}"
+    return PointwiseOp(name, operands, params, dtype, compute), ""
+
+
+def _two(operands: list) -> tuple:
+    """The two operands as tensors-or-numbers for ``tp.result_type``."""
+    return tuple(o.meta["val"] if isinstance(o, Node) else o for o in operands[:2])
+
+
+def _cast(node: Node, name: str, args: tuple, kwargs: dict) -> tuple[PointwiseOp | None, str]:
+    src = args[0] if args else None
+    out = node.meta.get("val")
+    if not isinstance(src, Node) or src.meta.get("val") is None or out is None:
+        return None, "shape/dtype unknown (no fake kernel)"
+    if name == "to" and (
+        kwargs.keys() - {"dtype"} or any(not isinstance(a, tp.dtype) for a in args[1:])
+    ):
+        return None, "to() with a device or copy= is not lowered"
+    if out.device != src.meta["val"].device:
+        return None, "device transfer"
+    for t in (out, src.meta["val"]):
+        if t.dtype.name not in DTYPES:
+            return None, f"dtype {t.dtype.name} unsupported"
+    return PointwiseOp("cast", [src], {}, out.dtype.name, out.dtype.name), ""
+
+
+# ---- partition -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(eq=False)
+class Region:
+    """Nodes computed by one kernel; ``inputs`` come from outside, ``outputs`` leave it."""
+
+    index: int
+    nodes: list[Node] = dataclasses.field(default_factory=list)
+    ops: dict[Node, PointwiseOp] = dataclasses.field(default_factory=dict)
+    inputs: list[Node] = dataclasses.field(default_factory=list)
+    outputs: list[Node] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class Plan:
+    """Steps in execution order (a ``Region`` or a ``Node``) and every node's reason."""
+
+    steps: list
+    reasons: dict[Node, str]
+
+
+def mutation(graph: Graph) -> Node | None:
+    """The first node that writes into an existing tensor (in-place op, setitem, out=)."""
+    for n in graph.nodes:
+        if n.op == "call_method" and n.target.endswith("_") and not n.target.startswith("_"):
+            return n
+        if n.op == "call_function":
+            if n.target in _MUTATING_FUNCTIONS or "out" in n.kwargs:
+                return n
+            if getattr(n.target, "__qualname__", "").startswith("Tensor.") and getattr(
+                n.target, "__name__", ""
+            ).endswith("_"):
+                return n
+    return None
+
+
+def partition(graph: Graph, device_type: str) -> Plan:
+    """Cut ``graph`` into steps: maximal pointwise regions and interpreter nodes.
+
+    A lowerable node joins the most recent region when every input it reads from outside
+    that region is available before the region runs; otherwise it starts a new region.
+    That keeps steps in a valid order without any cycle check.
+    """
+    steps: list = []
+    position: dict[Node, int] = {}  # step index that makes a node's value available
+    region_of: dict[Node, Region] = {}
+    reasons: dict[Node, str] = {}
+    written = mutation(graph)
+    last_region: Region | None = None
+    region_pos = -1
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            position[node] = -1
+            continue
+        if node.op == "output":
+            continue
+        op, reason = normalise(node)
+        kind = barrier_kind(node)
+        if kind is not None:
+            op, reason = None, f"{kind.replace('_', ' ')} is a fusion barrier"
+        elif op is not None and written is not None:
+            op, reason = None, f"the graph mutates a tensor in place ({written.name})"
+        elif op is not None and _device_type(node) != device_type:
+            op, reason = None, f"on device {_device_type(node)}, the kernels target {device_type}"
+        if op is None:
+            reasons[node] = reason or "not pointwise"
+            position[node] = len(steps)
+            steps.append(node)
+            continue
+        inputs = node.all_input_nodes
+        joins = last_region is not None and all(
+            region_of.get(i) is last_region or position[i] < region_pos for i in inputs
+        )
+        if not joins:
+            last_region = Region(index=sum(isinstance(s, Region) for s in steps))
+            region_pos = len(steps)
+            steps.append(last_region)
+        last_region.nodes.append(node)
+        last_region.ops[node] = op
+        region_of[node] = last_region
+        position[node] = region_pos
+    for region in (s for s in steps if isinstance(s, Region)):
+        members = set(region.nodes)
+        for node in region.nodes:
+            for i in node.all_input_nodes:
+                if i not in members and i not in region.inputs:
+                    region.inputs.append(i)
+            if any(u not in members for u in node.users):
+                region.outputs.append(node)
+    return Plan(steps, reasons)
+
+
+def _device_type(node: Node) -> str:
+    device = node.meta.get("device")
+    return device.type if device is not None else "unknown"
