@@ -40,12 +40,13 @@ def _tensor_arg(t: Tensor, i: int, kernel: str) -> Any:
     itemsize = t.dtype.itemsize
     if t.device.type == "cpu":
         arr = t.numpy(force=True)  # the array viewing the tensor's memory, no copy
-        if not arr.flags.writeable:
+        flags = arr.flags  # (building the flags object is the costly part: once)
+        if not flags.writeable:
             raise ValueError(
                 f"{kernel}: argument {i} is a read-only tensor, and a kernel can write "
                 "through any TensorView; pass a writable copy (x.clone())"
             )
-        if not arr.flags.aligned:
+        if not flags.aligned:
             raise ValueError(
                 f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple "
                 f"of its element size ({itemsize} bytes for {t.dtype}), which C++ kernels "
