@@ -196,6 +196,15 @@ def probe_component(dist: str, module: str, check_import: bool) -> str:
 # ---- report --------------------------------------------------------------------------------------
 
 
+def probe_native() -> str:
+    """Whether the native hot paths (tensorplay._C) run, or why the Python twins do."""
+    from tensorplay import _native  # noqa: PLC0415
+
+    if _native.NATIVE is not None:
+        return f"loaded ({_native.NATIVE.__file__})"
+    return f"Python twins: {_native.REASON}"
+
+
 def collect(check_imports: bool = True) -> dict:
     """All probe results as ``{section: [(label, text), ...]}`` (never raises)."""
     import tensorplay  # noqa: PLC0415
@@ -213,6 +222,7 @@ def collect(check_imports: bool = True) -> dict:
         ("platform", platform.platform()),
         ("numpy", _safe(version_of, "numpy")),
         ("ml_dtypes", _safe(version_of, "ml_dtypes")),
+        ("native (_C)", _safe(probe_native)),
     ]
     with ThreadPoolExecutor(max_workers=8) as pool:
         comps = [

@@ -8,7 +8,7 @@ import numpy as np
 
 from tensorplay import _device, _dtype as D, _indexing, overrides
 from tensorplay._device import CPU, META, canonical
-from tensorplay._dispatch import OPS, check_writable
+from tensorplay._dispatch import OPS, check_writable, native_fast
 from tensorplay._optable import ROWS, MinMax
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor
 
@@ -54,6 +54,9 @@ def _operator(row, dunder):
             if not isinstance(other, (Tensor,) + _NUMBER):
                 return _foreign(fn, self, other)
             return fn(self, other)
+
+        op.__name__ = op.__qualname__ = dunder
+        return native_fast(row, op, fn)  # ``a + b`` takes the native fast path too
 
     op.__name__ = op.__qualname__ = dunder
     return op

@@ -23,6 +23,7 @@ import numpy as np
 
 from tensorplay import _device, _dtype as D, _meta
 from tensorplay._device import CPU, META
+from tensorplay._native import NATIVE
 from tensorplay._storage import cpu_empty
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, wrap_array
 
@@ -44,10 +45,21 @@ class _State:
         """A layer that must see every call is now active (nests)."""
         self._blockers += 1
         self.plain = False
+        _set_native_plain(False)
 
     def unblock(self) -> None:
         self._blockers -= 1
-        self.plain = self._blockers == 0
+        self.plain = plain = self._blockers == 0
+        _set_native_plain(plain)
+
+
+def _no_native(plain: bool) -> None:
+    pass
+
+
+# The native fast path reads a C mirror of the gate (an active function mode flips it
+# twice per call, so this stays two plain calls).
+_set_native_plain = NATIVE.set_plain if NATIVE is not None else _no_native
 
 
 state = _State()
@@ -686,7 +698,24 @@ def _generate(row: OpDef) -> Callable:
     fn = env[row.name]
     fn.__doc__ = row.doc or f"tensorplay.{row.name}({sig})"
     fn.__module__ = "tensorplay"
-    return fn
+    return native_fast(row, fn)
+
+
+def native_fast(row: OpDef, fn: Callable, public: Callable | None = None) -> Callable:
+    """``fn`` behind ``tensorplay._C.FastOp`` when the row has a fast path and ``_C`` is
+    loaded: the native object runs the same fast path as ``fn``'s template (same checks,
+    same kernel) and hands every other call to ``fn``. ``public`` is the function
+    function modes see (default: the returned object itself)."""
+    if NATIVE is None or not row.fast:
+        return fn
+    table = {d: (odt, odt.np, d.is_floating_point) for d, odt in row.fast.items()}
+    nin = 2 if row.n_inputs == 2 else 1
+    mode_call = getattr(overrides_hook, "mode_call", None)  # tensorplay.overrides, once loaded
+    op = NATIVE.FastOp(fn, getattr(np, row.ufunc), table, row, _fast_record, nin, mode_call, public)
+    for attr in ("__name__", "__qualname__", "__module__", "__doc__"):
+        setattr(op, attr, getattr(fn, attr))
+    op.__wrapped__ = fn  # inspect.signature() and the overrides see the Python signature
+    return op
 
 
 def _generate_inplace(row: OpDef) -> Callable:

@@ -176,11 +176,7 @@ def handle_tensorplay_function(public_api: Callable, relevant_args: Iterable, *a
     overloaded = _overloaded_args(relevant_args)
     types = tuple(type(a) for a in overloaded)
     if _tls.modes:
-        mode = _tls.modes.pop()  # the handler runs with its own mode off
-        try:
-            result = mode.__tensorplay_function__(public_api, types, args, kwargs)
-        finally:
-            _tls.modes.append(mode)
+        result = _innermost_mode(public_api, types, args, kwargs)
         if result is not NotImplemented:
             return result
     for obj in overloaded:
@@ -190,6 +186,45 @@ def handle_tensorplay_function(public_api: Callable, relevant_args: Iterable, *a
     raise NoImplementationError(
         f"no implementation found for {_qualified(public_api)!r} on types that implement "
         f"__tensorplay_function__: {list(types)}"
+    )
+
+
+def _innermost_mode(func, types, args, kwargs):
+    """Run the innermost mode's handler with that mode off (and, when it was the only
+    layer, the fast path back on for the calls the handler makes)."""
+    modes = _tls.modes
+    mode = modes.pop()
+    _unblock()
+    try:
+        return mode.__tensorplay_function__(func, types, args, kwargs)
+    finally:
+        modes.append(mode)
+        _block()
+
+
+_block, _unblock = state.block, state.unblock
+
+
+def mode_call(func, fallback, args: tuple):
+    """The native fast path's route while a layer is active (``tensorplay._C.FastOp``;
+    twin: ``_dispatch.call`` -> ``dispatch``): the arguments are plain Tensors and
+    numbers, so only function modes can claim the call; otherwise ``fallback`` runs it.
+    (``_innermost_mode`` inlined: this is the hot path of an active function mode.)"""
+    modes = _tls.modes
+    if not modes:
+        return fallback(*args)
+    mode = modes.pop()
+    _unblock()
+    try:
+        result = mode.__tensorplay_function__(func, (), args, {})
+    finally:
+        modes.append(mode)
+        _block()
+    if result is not NotImplemented:
+        return result
+    raise NoImplementationError(
+        f"no implementation found for {_qualified(func)!r} on types that implement "
+        "__tensorplay_function__: []"
     )
 
 

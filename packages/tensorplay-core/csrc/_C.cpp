@@ -1,0 +1,496 @@
+// tensorplay._C: the native hot paths of tensorplay-core.
+//
+// Every function here has a readable Python twin (named in its comment) that runs when
+// this module is not built or TENSORPLAY_PURE_PYTHON=1 is set; tests run both ways.
+// The module never owns semantics: it repeats checks and steps the Python twin makes,
+// and whenever a call is not the simple case it hands the call to the Python code.
+//
+// Contents:
+//   FastOp          the fast path of a pointwise op (tensorplay._dispatch._generate's
+//                   templates _BINARY_FAST/_UNARY_FAST): exact Tensors on CPU, one dtype,
+//                   no layer active, no keyword arguments -> one aligned allocation, one
+//                   ufunc call, two object allocations. Anything else -> the Python function.
+//   set_plain       mirrors _dispatch.state.plain (the fast-path gate) into C.
+//   any_requires_grad  the scan autograd runs over every general-path call's inputs.
+//
+// Tensor and Storage stay Python classes with __slots__: init() learns the byte offsets
+// of their slots once, so the fast path reads and writes them like CPython itself does.
+
+#include <pybind11/pybind11.h>
+
+#define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+#define PY_ARRAY_UNIQUE_SYMBOL tensorplay_ARRAY_API
+#include <numpy/arrayobject.h>
+#include <structmember.h>
+
+#include <cstddef>
+
+namespace py = pybind11;
+
+namespace {
+
+// ---- what init() learns about tensorplay's Python classes ------------------------------
+
+struct Layout {
+    PyTypeObject *tensor = nullptr, *storage = nullptr;
+    Py_ssize_t t_data = 0, t_storage = 0, t_shape = 0, t_dtype = 0, t_device = 0;
+    Py_ssize_t s_buf = 0, s_start = 0, s_nbytes = 0, s_device = 0, s_version = 0;
+    PyObject *cpu = nullptr;         // tensorplay._device.CPU
+    PyObject *aligned_u8 = nullptr;  // tensorplay._storage._aligned_u8(nbytes)
+    PyObject *requires_grad = nullptr;  // interned "requires_grad"
+    PyObject *out_kwnames = nullptr;    // ("out",)
+    bool ready = false;
+};
+Layout L;
+
+bool g_plain = true;  // twin: tensorplay._dispatch.state.plain
+
+inline PyObject *&slot(PyObject *o, Py_ssize_t off) {
+    return *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(o) + off);
+}
+
+Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
+    py::object d = py::reinterpret_steal<py::object>(
+        PyObject_GetAttrString(reinterpret_cast<PyObject *>(type), name));
+    if (!d) PyErr_Clear();
+    if (!d || Py_TYPE(d.ptr()) != &PyMemberDescr_Type)
+        throw py::type_error(std::string("tensorplay._C.init: ") + type->tp_name + "." + name +
+                             " is not a __slots__ member");
+    return reinterpret_cast<PyMemberDescrObject *>(d.ptr())->d_member->offset;
+}
+
+void init(py::object tensor, py::object storage, py::object cpu, py::object aligned_u8) {
+    if (!PyType_Check(tensor.ptr()) || !PyType_Check(storage.ptr()))
+        throw py::type_error("tensorplay._C.init(tensor, storage, ...): expected two classes");
+    if (!PyCallable_Check(aligned_u8.ptr()))
+        throw py::type_error("tensorplay._C.init(aligned_u8=): expected a callable");
+    auto *tt = reinterpret_cast<PyTypeObject *>(tensor.ptr());
+    auto *st = reinterpret_cast<PyTypeObject *>(storage.ptr());
+    Layout n;  // filled completely before it replaces L: a failed call changes nothing
+    n.t_data = slot_offset(tt, "_data");
+    n.t_storage = slot_offset(tt, "_storage");
+    n.t_shape = slot_offset(tt, "_shape");
+    n.t_dtype = slot_offset(tt, "dtype");
+    n.t_device = slot_offset(tt, "device");
+    n.s_buf = slot_offset(st, "_buf");
+    n.s_start = slot_offset(st, "_start");
+    n.s_nbytes = slot_offset(st, "_nbytes");
+    n.s_device = slot_offset(st, "device");
+    n.s_version = slot_offset(st, "_version");
+    if (L.ready) throw py::value_error("tensorplay._C.init() was already called");
+    // Kept for the life of the process (module-level singletons of tensorplay).
+    n.tensor = reinterpret_cast<PyTypeObject *>(tensor.release().ptr());
+    n.storage = reinterpret_cast<PyTypeObject *>(storage.release().ptr());
+    n.cpu = cpu.release().ptr();
+    n.aligned_u8 = aligned_u8.release().ptr();
+    n.requires_grad = PyUnicode_InternFromString("requires_grad");
+    n.out_kwnames = Py_BuildValue("(s)", "out");
+    n.ready = true;
+    L = n;
+}
+
+// ---- aligned CPU allocation (twin: tensorplay._storage.cpu_empty) ----------------------
+//
+// Small buffers are carved from 64 KiB slabs in 64-byte steps (every piece stays 64-byte
+// aligned, which TVM kernels need); the GIL serialises access. Large buffers get their own
+// aligned allocation from the Python allocator (their cost is the memory traffic anyway).
+
+constexpr Py_ssize_t kAlign = 64, kSmall = 512, kSlab = 1 << 16;
+
+struct Slab {
+    PyObject *buf = nullptr;  // 1-D uint8 numpy array, 64-byte aligned
+    Py_ssize_t pos = kSlab;   // next free byte (kSlab: take a new slab first)
+};
+Slab g_slab;
+
+// A new reference to the buffer holding ``nbytes`` at byte ``*start``; NULL on error.
+PyObject *take(Py_ssize_t nbytes, Py_ssize_t *start) {
+    if (nbytes > kSmall) {
+        *start = 0;
+        return PyObject_CallFunction(L.aligned_u8, "n", nbytes);
+    }
+    Py_ssize_t need = nbytes ? (nbytes + kAlign - 1) / kAlign * kAlign : kAlign;
+    if (g_slab.pos + need > kSlab) {
+        PyObject *fresh = PyObject_CallFunction(L.aligned_u8, "n", kSlab);
+        if (!fresh) return nullptr;
+        Py_XSETREF(g_slab.buf, fresh);  // tensors on the old slab keep it alive
+        g_slab.pos = 0;
+    }
+    *start = g_slab.pos;
+    g_slab.pos += need;
+    Py_INCREF(g_slab.buf);
+    return g_slab.buf;
+}
+
+// A C-contiguous array shaped like ``like`` with dtype ``descr``, in aligned memory, plus the
+// buffer and start the Storage records. Returns a new reference or NULL.
+PyObject *aligned_like(PyArrayObject *like, PyArray_Descr *descr, PyObject **buf_out,
+                       Py_ssize_t *start) {
+    int nd = PyArray_NDIM(like);
+    npy_intp *dims = PyArray_DIMS(like);
+    Py_ssize_t nbytes = PyDataType_ELSIZE(descr);
+    for (int i = 0; i < nd; ++i) nbytes *= dims[i];
+    PyObject *buf = take(nbytes, start);
+    if (!buf) return nullptr;
+    char *data = PyArray_BYTES(reinterpret_cast<PyArrayObject *>(buf)) + *start;
+    Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, nd, dims, nullptr, data,
+                                         NPY_ARRAY_CARRAY, nullptr);
+    if (!arr) {
+        Py_DECREF(buf);
+        return nullptr;
+    }
+    Py_INCREF(buf);
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject *>(arr), buf) < 0) {  // steals
+        Py_DECREF(arr);
+        Py_DECREF(buf);
+        return nullptr;
+    }
+    *buf_out = buf;
+    return arr;
+}
+
+// twin: tensorplay._tensor.wrap_array. Steals ``arr`` and ``buf``.
+PyObject *wrap(PyObject *arr, PyObject *buf, Py_ssize_t start, PyObject *shape, PyObject *odt) {
+    Py_ssize_t nbytes = PyArray_NBYTES(reinterpret_cast<PyArrayObject *>(arr));
+    PyObject *st = L.storage->tp_alloc(L.storage, 0);
+    PyObject *t = st ? L.tensor->tp_alloc(L.tensor, 0) : nullptr;
+    PyObject *pstart = PyLong_FromSsize_t(start), *pnbytes = PyLong_FromSsize_t(nbytes);
+    if (!t || !pstart || !pnbytes) {
+        Py_XDECREF(st);
+        Py_XDECREF(t);
+        Py_XDECREF(pstart);
+        Py_XDECREF(pnbytes);
+        Py_DECREF(arr);
+        Py_DECREF(buf);
+        return nullptr;
+    }
+    slot(st, L.s_buf) = buf;
+    slot(st, L.s_start) = pstart;
+    slot(st, L.s_nbytes) = pnbytes;
+    Py_INCREF(L.cpu);
+    slot(st, L.s_device) = L.cpu;
+    slot(st, L.s_version) = PyLong_FromLong(0);
+    slot(t, L.t_data) = arr;
+    slot(t, L.t_storage) = st;
+    Py_INCREF(shape);
+    slot(t, L.t_shape) = shape;
+    Py_INCREF(odt);
+    slot(t, L.t_dtype) = odt;
+    Py_INCREF(L.cpu);
+    slot(t, L.t_device) = L.cpu;
+    return t;
+}
+
+// 1 / 0 / -1 (error). A Tensor's requires_grad is a class default overridden per instance.
+inline int requires_grad(PyObject *t) {
+    PyObject *v = PyObject_GetAttr(t, L.requires_grad);
+    if (!v) return -1;
+    int r = v == Py_True ? 1 : PyObject_IsTrue(v);
+    Py_DECREF(v);
+    return r;
+}
+
+// ---- FastOp: the fast path of one pointwise op ----------------------------------------
+
+struct FastOp {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;      // __name__, __doc__, __wrapped__ ... (so inspect and pickle work)
+    PyObject *fallback;  // the Python function: the full semantics
+    PyObject *ufunc;     // numpy ufunc
+    PyObject *table;     // dtype -> (out dtype, numpy descr, is floating)
+    PyObject *row;       // the op-table row (for autograd recording)
+    PyObject *record;    // _dispatch._fast_record(row, targs, result)
+    PyObject *mode_call; // overrides.mode_call(public, fallback, args) or None
+    PyObject *pub;       // the function a function mode sees (NULL: this object)
+    int nin;             // 1 or 2 tensor inputs
+};
+
+PyObject *const NOT_FAST = Py_Ellipsis;  // a borrowed sentinel: "take the Python function"
+
+// The result of the fast path, NOT_FAST (borrowed) or NULL with an exception set.
+PyObject *fast(FastOp *op, PyObject *const *args) {
+    PyObject *a = args[0];
+    if (Py_TYPE(a) != L.tensor || slot(a, L.t_device) != L.cpu) return NOT_FAST;
+    PyObject *adt = slot(a, L.t_dtype);
+    PyObject *entry = adt ? PyDict_GetItemWithError(op->table, adt) : nullptr;  // borrowed
+    if (!entry) return PyErr_Occurred() ? nullptr : NOT_FAST;
+    PyObject *odt = PyTuple_GET_ITEM(entry, 0);
+    auto *descr = reinterpret_cast<PyArray_Descr *>(PyTuple_GET_ITEM(entry, 1));
+    PyObject *x = slot(a, L.t_data), *shape = slot(a, L.t_shape);
+    PyObject *other = nullptr;  // the second ufunc operand
+    PyObject *b = op->nin == 2 ? args[1] : nullptr;
+    if (b) {
+        if (Py_TYPE(b) == L.tensor) {
+            if (slot(b, L.t_device) != L.cpu || slot(b, L.t_dtype) != adt) return NOT_FAST;
+            PyObject *bshape = slot(b, L.t_shape);
+            if (bshape != shape) {  // broadcasting is the general path's job
+                int eq = PyObject_RichCompareBool(bshape, shape, Py_EQ);
+                if (eq <= 0) return eq < 0 ? nullptr : NOT_FAST;
+            }
+            other = slot(b, L.t_data);
+        } else if ((PyFloat_CheckExact(b) || PyLong_CheckExact(b)) &&
+                   PyTuple_GET_ITEM(entry, 2) == Py_True) {
+            other = b;  // a Python number keeps a floating tensor's dtype
+        } else {
+            return NOT_FAST;
+        }
+    }
+    if (!x || !PyArray_Check(x)) return NOT_FAST;
+    PyObject *buf;
+    Py_ssize_t start;
+    PyObject *r = aligned_like(reinterpret_cast<PyArrayObject *>(x), descr, &buf, &start);
+    if (!r) return nullptr;
+    // uf(x, [other,] out=r): numpy deprecates a positional out for some ufuncs (maximum)
+    PyObject *call[3] = {x, other ? other : r, r};
+    PyObject *done = PyObject_Vectorcall(op->ufunc, call, other ? 2 : 1, L.out_kwnames);
+    if (!done) {
+        Py_DECREF(r);
+        Py_DECREF(buf);
+        return nullptr;
+    }
+    Py_DECREF(done);
+    PyObject *t = wrap(r, buf, start, shape, odt);
+    if (!t) return nullptr;
+    int rg = requires_grad(a);
+    if (rg == 0 && b && Py_TYPE(b) == L.tensor) rg = requires_grad(b);
+    if (rg == 0) return t;
+    if (rg < 0) {
+        Py_DECREF(t);
+        return nullptr;
+    }
+    PyObject *targs = b ? PyTuple_Pack(2, a, b) : PyTuple_Pack(1, a);
+    PyObject *rec = targs ? PyObject_CallFunctionObjArgs(op->record, op->row, targs, t, nullptr)
+                          : nullptr;
+    Py_XDECREF(targs);
+    Py_DECREF(t);
+    return rec;
+}
+
+// Arguments no __tensorplay_function__ can hide behind: exact Tensors and Python numbers.
+inline bool plain_args(PyObject *const *args, int n) {
+    for (int i = 0; i < n; ++i) {
+        PyObject *x = args[i];
+        if (Py_TYPE(x) != L.tensor && !PyFloat_CheckExact(x) && !PyLong_CheckExact(x))
+            return false;
+    }
+    return true;
+}
+
+PyObject *fastop_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf,
+                            PyObject *kwnames) {
+    auto *op = reinterpret_cast<FastOp *>(self);
+    if (!kwnames && PyVectorcall_NARGS(nargsf) == op->nin) {
+        if (g_plain) {
+            PyObject *r = fast(op, args);
+            if (r != NOT_FAST) return r;
+        } else if (op->mode_call != Py_None && plain_args(args, op->nin)) {
+            // A layer is active: function modes come first (twin: _dispatch.call ->
+            // overrides.dispatch); mode_call hands anything else to the fallback.
+            PyObject *targs = op->nin == 2 ? PyTuple_Pack(2, args[0], args[1])
+                                           : PyTuple_Pack(1, args[0]);
+            if (!targs) return nullptr;
+            PyObject *pub = op->pub ? op->pub : self;
+            PyObject *r =
+                PyObject_CallFunctionObjArgs(op->mode_call, pub, op->fallback, targs, nullptr);
+            Py_DECREF(targs);
+            return r;
+        }
+    }
+    return PyObject_Vectorcall(op->fallback, args, nargsf, kwnames);
+}
+
+int fastop_traverse(PyObject *self, visitproc visit, void *arg) {
+    auto *op = reinterpret_cast<FastOp *>(self);
+    Py_VISIT(op->dict);
+    Py_VISIT(op->fallback);
+    Py_VISIT(op->ufunc);
+    Py_VISIT(op->table);
+    Py_VISIT(op->row);
+    Py_VISIT(op->record);
+    Py_VISIT(op->mode_call);
+    Py_VISIT(op->pub);
+    return 0;
+}
+
+int fastop_clear(PyObject *self) {
+    auto *op = reinterpret_cast<FastOp *>(self);
+    Py_CLEAR(op->dict);
+    Py_CLEAR(op->fallback);
+    Py_CLEAR(op->ufunc);
+    Py_CLEAR(op->table);
+    Py_CLEAR(op->row);
+    Py_CLEAR(op->record);
+    Py_CLEAR(op->mode_call);
+    Py_CLEAR(op->pub);
+    return 0;
+}
+
+void fastop_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    fastop_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+PyObject *fastop_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    static const char *kw[] = {"fallback", "ufunc",     "table", "row", "record",
+                               "nin",      "mode_call", "public", nullptr};
+    PyObject *fallback, *ufunc, *table, *row, *record, *mode_call = Py_None, *pub = nullptr;
+    int nin;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO!OOi|OO:FastOp", const_cast<char **>(kw),
+                                     &fallback, &ufunc, &PyDict_Type, &table, &row, &record,
+                                     &nin, &mode_call, &pub))
+        return nullptr;
+    if (pub == Py_None) pub = nullptr;
+    if (nin != 1 && nin != 2) {
+        PyErr_Format(PyExc_ValueError, "FastOp(nin=%d): nin must be 1 or 2", nin);
+        return nullptr;
+    }
+    if (!L.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "tensorplay._C.init() has not been called");
+        return nullptr;
+    }
+    // Validate the table once so the hot path can index its tuples blindly.
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(table, &pos, &key, &value)) {
+        if (!PyTuple_CheckExact(value) || PyTuple_GET_SIZE(value) != 3 ||
+            !PyArray_DescrCheck(PyTuple_GET_ITEM(value, 1))) {
+            PyErr_SetString(PyExc_TypeError,
+                            "FastOp(table=): values must be (dtype, numpy.dtype, bool) tuples");
+            return nullptr;
+        }
+    }
+    auto *op = reinterpret_cast<FastOp *>(type->tp_alloc(type, 0));
+    if (!op) return nullptr;
+    op->vectorcall = fastop_vectorcall;
+    op->dict = PyDict_New();
+    Py_INCREF(fallback);
+    op->fallback = fallback;
+    Py_INCREF(ufunc);
+    op->ufunc = ufunc;
+    Py_INCREF(table);
+    op->table = table;
+    Py_INCREF(row);
+    op->row = row;
+    Py_INCREF(record);
+    op->record = record;
+    Py_INCREF(mode_call);
+    op->mode_call = mode_call;
+    Py_XINCREF(pub);
+    op->pub = pub;
+    op->nin = nin;
+    if (!op->dict) {
+        Py_DECREF(op);
+        return nullptr;
+    }
+    return reinterpret_cast<PyObject *>(op);
+}
+
+// A FastOp stored on a class behaves like a function: it binds to the instance.
+PyObject *fastop_descr_get(PyObject *self, PyObject *obj, PyObject *) {
+    if (!obj || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+PyObject *fastop_reduce(PyObject *self, PyObject *) {
+    // Pickle by reference, like a function: "tensorplay.<name>".
+    return PyObject_GetAttrString(self, "__qualname__");
+}
+
+PyObject *fastop_repr(PyObject *self) {
+    PyObject *name = PyObject_GetAttrString(self, "__qualname__");
+    if (!name) {
+        PyErr_Clear();
+        return PyUnicode_FromString("<tensorplay op>");
+    }
+    PyObject *r = PyUnicode_FromFormat("<tensorplay op %U (native fast path)>", name);
+    Py_DECREF(name);
+    return r;
+}
+
+PyMethodDef fastop_methods[] = {
+    {"__reduce__", fastop_reduce, METH_NOARGS, nullptr},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyMemberDef fastop_members[] = {
+    {"__dictoffset__", T_PYSSIZET, offsetof(FastOp, dict), READONLY, nullptr},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(FastOp, vectorcall), READONLY, nullptr},
+    {"fallback", T_OBJECT, offsetof(FastOp, fallback), READONLY,
+     "the Python function with the op's full semantics"},
+    {nullptr, 0, 0, 0, nullptr},
+};
+
+PyType_Slot fastop_slots[] = {
+    {Py_tp_new, reinterpret_cast<void *>(fastop_new)},
+    {Py_tp_dealloc, reinterpret_cast<void *>(fastop_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void *>(fastop_traverse)},
+    {Py_tp_clear, reinterpret_cast<void *>(fastop_clear)},
+    {Py_tp_call, reinterpret_cast<void *>(PyVectorcall_Call)},
+    {Py_tp_descr_get, reinterpret_cast<void *>(fastop_descr_get)},
+    {Py_tp_repr, reinterpret_cast<void *>(fastop_repr)},
+    {Py_tp_methods, fastop_methods},
+    {Py_tp_members, fastop_members},
+    {Py_tp_doc, const_cast<char *>("The native fast path of a TensorPlay pointwise op; "
+                                   "other calls go to .fallback.")},
+    {0, nullptr},
+};
+
+PyType_Spec fastop_spec = {
+    "tensorplay._C.FastOp",
+    sizeof(FastOp),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+        Py_TPFLAGS_METHOD_DESCRIPTOR,
+    fastop_slots,
+};
+
+// ---- scans over an op's inputs (twins in tensorplay._native) ----------------------------
+
+// twin: tensorplay._native.any_requires_grad. Items may be lists/tuples of tensors (cat).
+int scan_requires_grad(PyObject *seq, int depth) {
+    Py_ssize_t n = PyTuple_Check(seq) ? PyTuple_GET_SIZE(seq) : PyList_GET_SIZE(seq);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *x = PyTuple_Check(seq) ? PyTuple_GET_ITEM(seq, i) : PyList_GET_ITEM(seq, i);
+        int r = 0;
+        if (PyObject_TypeCheck(x, L.tensor))
+            r = requires_grad(x);
+        else if (depth == 0 && (PyList_Check(x) || PyTuple_Check(x)))
+            r = scan_requires_grad(x, 1);
+        if (r) return r;  // 1, or -1 with an exception set
+    }
+    return 0;
+}
+
+bool any_requires_grad(py::handle items) {
+    if (!PyList_Check(items.ptr()) && !PyTuple_Check(items.ptr()))
+        throw py::type_error("any_requires_grad(items): items must be a list or tuple");
+    int r = scan_requires_grad(items.ptr(), 0);
+    if (r < 0) throw py::error_already_set();
+    return r == 1;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "TensorPlay's native hot paths (each has a Python twin; see tensorplay._native)";
+    if (_import_array() < 0) throw py::error_already_set();
+
+    PyObject *fastop = PyType_FromSpec(&fastop_spec);
+    if (!fastop) throw py::error_already_set();
+    m.add_object("FastOp", fastop);
+
+    m.def("init", &init, py::arg("tensor"), py::arg("storage"), py::arg("cpu"),
+          py::arg("aligned_u8"),
+          "Learn the slot layout of Tensor and Storage (called once by tensorplay._native)");
+    m.def("set_plain", [](bool v) { g_plain = v; }, py::arg("plain"),
+          "Mirror tensorplay._dispatch.state.plain (the fast-path gate)");
+    m.def("is_plain", [] { return g_plain; });
+    m.def("any_requires_grad", &any_requires_grad, py::arg("tensors"),
+          "Some Tensor in the sequence requires grad");
+}

@@ -1,0 +1,64 @@
+"""The native hot paths (``tensorplay._C``) and their Python twins.
+
+``tensorplay._C`` is compiled from ``packages/tensorplay-core/csrc/_C.cpp`` when the core
+distribution is installed (pybind11 + the numpy C API; see ``hatch_native.py``). It holds
+only what the benchmarks showed is hot, each piece with a readable twin here or next to
+the code it speeds up:
+
+============================  ===========================================================
+native                        Python twin
+============================  ===========================================================
+``FastOp``                    the generated op function's fast path
+                              (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
+``set_plain``                 ``_dispatch.state.plain`` (the gate; C keeps a mirror)
+``any_requires_grad``         ``any_requires_grad`` below
+============================  ===========================================================
+
+``TENSORPLAY_PURE_PYTHON=1`` (read at import) runs the twins; so does an install that
+could not compile the module (``NATIVE`` is None, ``REASON`` says why;
+``python -m tensorplay`` prints it).
+
+Measured and left in Python: the grad-mode flag (a ``threading.local`` read costs the same
+~35 ns as a call into C) and the device scan of the general path (its CPU-scalar rules
+are most of its cost and would have to be written twice).
+"""
+
+from __future__ import annotations
+
+import os
+
+from tensorplay._device import CPU
+from tensorplay._storage import Storage, _aligned_u8
+from tensorplay._tensor import Tensor
+
+__all__ = ["NATIVE", "REASON", "any_requires_grad"]
+
+NATIVE = None
+if os.environ.get("TENSORPLAY_PURE_PYTHON") == "1":
+    REASON = "TENSORPLAY_PURE_PYTHON=1"
+else:
+    try:
+        from tensorplay import _C as NATIVE
+    except ImportError as e:
+        REASON = (
+            f"tensorplay._C is not built ({e}); reinstall tensorplay-core with a C++ compiler "
+            "(pip prints why the build was skipped with -v)"
+        )
+    else:
+        REASON = "loaded"
+        NATIVE.init(Tensor, Storage, CPU, _aligned_u8)
+
+
+def _any_requires_grad(items) -> bool:
+    """Some Tensor among ``items`` (or inside a list/tuple item) requires grad."""
+    for x in items:
+        if isinstance(x, Tensor):
+            if x.requires_grad:
+                return True
+        elif isinstance(x, (list, tuple)):
+            if any(isinstance(y, Tensor) and y.requires_grad for y in x):
+                return True
+    return False
+
+
+any_requires_grad = NATIVE.any_requires_grad if NATIVE is not None else _any_requires_grad
