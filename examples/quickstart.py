@@ -1,4 +1,5 @@
-"""TensorPlay quickstart: tensors, broadcasting, views, DLPack interop and autograd.
+"""TensorPlay quickstart: tensors, broadcasting, views, DLPack interop, autograd, and the
+extension path (a custom operator with its own autograd formula, checked by opcheck).
 
 Run: python examples/quickstart.py
 """
@@ -60,6 +61,35 @@ with tp.autograd.forward_ad.dual_level():
         "forward mode: d/dx sin(x) at [0, 1] =",
         tp.autograd.forward_ad.unpack_dual(dual.sin()).tangent,
     )
+
+# --- the extension path: your own operator, its derivative, opcheck -------------------------
+from tensorplay import library  # noqa: E402 - the demo introduces it here
+
+
+@library.custom_op("demo::scaled", mutates_args=())
+def scaled(x):
+    return tp.mul(x, 2.0)  # a Python body: the default kernel for every device
+
+
+@scaled.register_fake
+def _(x):
+    return tp.empty_like(x)  # shapes without data: meta tensors and graph capture
+
+
+@scaled.register_autograd
+def _(ctx, grad_out):
+    return (tp.mul(grad_out, 2.0),)  # d(2x)/dx, one gradient per input
+
+
+v = tp.tensor([1.0, -2.0, 3.0], requires_grad=True)
+out = scaled(v)
+print("\ncustom op", scaled, "->", out, " grad_fn:", out.grad_fn.name())
+out.sum().backward()
+print("its registered backward: d/dv sum(scaled(v)) =", v.grad)
+print("registered as tp.ops.demo.scaled:", tp.ops.demo.scaled is scaled)
+print("on meta tensors (fake kernel):", scaled(tp.empty(2, 3, device="meta")).shape)
+failures = library.opcheck(scaled, (tp.randn(4),), test_utils="all")
+print("opcheck (schema, autograd, fake, capture, gradcheck) failures:", failures)
 
 print(
     "\nCUDA available:",

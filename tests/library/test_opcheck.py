@@ -250,3 +250,9 @@ def test_devices_on_cuda(qualname, mini_tracer):
         pytest.skip("CUDA not available")
     op = _good(qualname)
     assert library.opcheck(op, (tp.randn(3), tp.randn(3)), devices="all") == {}
+
+
+def test_gradcheck_check_leaves_tp_autograd_gradcheck_callable(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)
+    library.opcheck(op, (tp.ones(2),), test_utils="test_gradcheck")
+    assert callable(tp.autograd.gradcheck)
