@@ -7,6 +7,7 @@ node, and when x is a view its base's history goes through ``CopySlices``.
 
 from __future__ import annotations
 
+from tensorplay._native import any_requires_grad
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
@@ -199,17 +200,9 @@ _FREED = (
 
 
 def needs_grad(items) -> bool:
-    """Is grad mode on and does any input require grad? (Checked on every general call.)"""
-    if not grad_mode.state.enabled:
-        return False
-    for x in items:
-        if isinstance(x, Tensor):
-            if x.requires_grad:
-                return True
-        elif isinstance(x, (list, tuple)):
-            if any(isinstance(y, Tensor) and y.requires_grad for y in x):
-                return True
-    return False
+    """Is grad mode on and does any input require grad? (Checked on every general call;
+    ``items`` is a list or tuple, whose list/tuple items count too.)"""
+    return grad_mode.state.enabled and any_requires_grad(items)
 
 
 def record(row, targs, params, result):
