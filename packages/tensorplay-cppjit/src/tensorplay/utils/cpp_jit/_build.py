@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from tensorplay.utils.cpp_jit import _cache, _cuda, _engine
+from tensorplay.utils.cpp_jit import _cache, _cuda, _engine, _pch
 
 logger = logging.getLogger("tensorplay.utils.cpp_jit")
 
@@ -154,9 +154,11 @@ class _Options:
             "cuda_arch": _cuda.cuda_arch_list() if with_cuda else None,
         }
 
-    def engine_kwargs(self) -> dict:
+    def engine_kwargs(self, precompiled: bool = False) -> dict:
+        # the precompiled preamble changes compile time, not the library: not in the key
+        cflags = [*_pch.include_flags(), *self.cflags] if precompiled else self.cflags
         return {
-            "extra_cflags": self.cflags,
+            "extra_cflags": cflags,
             "extra_cuda_cflags": self.cuda_cflags,
             "extra_ldflags": self.ldflags,
             "extra_include_paths": self.include_paths,
@@ -318,7 +320,7 @@ def build_inline(
                 cuda_sources=cuda,
                 functions=fmap,
                 build_directory=str(build_dir),
-                **opts.engine_kwargs(),
+                **opts.engine_kwargs(precompiled=cpp is not None),
             )
 
     what = "C++ and CUDA" if with_cuda and cpp is not None else ("CUDA" if with_cuda else "C++")
