@@ -196,3 +196,26 @@ def test_cuda_tensors_dispatch_to_the_cuda_kernel(qualname):
     with op.set_kernel_enabled("cuda", False):
         with pytest.raises(NotImplementedError, match="'cuda'"):
             op(x)
+
+
+def test_signature_binding_on_the_fast_path(qualname):
+    def body(x, y=None, *, alpha=1.0):
+        return x * alpha if y is None else (x + y) * alpha
+
+    op = library.custom_op(qualname(), body)
+    x = tp.ones(2)
+    assert op(x).tolist() == [1.0, 1.0]
+    assert op(x, x, alpha=2.0).tolist() == [4.0, 4.0]
+    assert op(x=x, y=x).tolist() == [2.0, 2.0]
+    with pytest.raises(TypeError):
+        op(x, x, 3.0)  # alpha is keyword-only, as in the body
+    with pytest.raises(TypeError):
+        op()
+
+
+def test_body_named_parameters_do_not_clash_with_the_generated_call(qualname):
+    def body(self, kernel, op):
+        return self + kernel + op
+
+    f = library.custom_op(qualname(), body)
+    assert f(tp.ones(1), tp.ones(1), op=tp.ones(1)).tolist() == [3.0]

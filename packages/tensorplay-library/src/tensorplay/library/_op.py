@@ -2,7 +2,8 @@
 
 A call takes one of two paths:
 
-* the **fast path** (``__call__``): nothing needs to see the call (``state.plain``: no
+* the **fast path** (``__call__``; ``_fastcall`` generates a copy of it with the
+  body's own signature for each op): nothing needs to see the call (``state.plain``: no
   override/dispatch mode, profiler or autocast; no capture), the first argument is a
   ``Tensor`` and there is no autograd node to build. It costs a few attribute loads and
   one dict hit (``_table``: device type -> kernel), then the kernel runs;
@@ -29,6 +30,7 @@ from tensorplay._dtype import dtype as _DType
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.library import _autograd
+from tensorplay.library._fastcall import specialise
 from tensorplay.library._names import AGNOSTIC, DEVICE_TYPES, device_keys
 from tensorplay.utils import _python_dispatch
 
@@ -124,6 +126,7 @@ class CustomOpDef:
                     f"{getattr(fn, '__name__', fn)!r} (parameters: {sorted(names)})"
                 )
         self._params = params
+        specialise(self, params)
 
     # ---- registration -------------------------------------------------------------------
     def register_kernel(self, device_types: Any = None, fn: Callable[..., Any] | None = None, /):
