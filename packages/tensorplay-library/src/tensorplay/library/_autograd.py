@@ -32,23 +32,26 @@ def apply(op: CustomOpDef, args: tuple, kwargs: dict):
     """Run ``op`` below autograd and attach its backward node to the outputs."""
     backward, setup_context = op._formula  # type: ignore[misc]
     inputs = op._inputs(args, kwargs)
-    _check_mutated(op, args, kwargs)
+    if op._mutates_args:
+        _check_mutated(op, args, kwargs)
     if _modes.modes:  # a dispatch mode sees the call (its ``func`` runs without grad)
         output = op._through_mode(args, kwargs)
     else:
-        kernel = op._pick_kernel(args, kwargs)
+        first = args[0] if args else None
+        kernel = op._table.get(first.device.type) if type(first) is Tensor else None
+        if kernel is None:
+            kernel = op._pick_kernel(args, kwargs)
         _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
         try:
             output = kernel(*args, **kwargs)
         finally:
             _grad.enabled = True  # apply() only runs with grad mode on
-    ctx = FunctionCtx()
-    ctx.needs_input_grad = tuple(_requires_grad(x) for x in inputs)
     single = not isinstance(output, tuple)
     outs = (output,) if single else output
+    ctx = FunctionCtx()
+    node = CustomOpBackward(op, backward, ctx, inputs, outs)  # sets ctx.needs_input_grad
     if setup_context is not None:
         setup_context(ctx, inputs, output)
-    node = CustomOpBackward(op, backward, ctx, inputs, outs)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong reference back is a cycle
     connected = _connect(node, ctx, inputs, outs)
     if ctx._to_save:
@@ -87,14 +90,18 @@ def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
 def _connect(node: CustomOpBackward, ctx: FunctionCtx, inputs: tuple, outs: tuple) -> list:
     """Point the differentiable outputs at ``node``; an input returned as-is is detached
     first (the output is a new tensor that aliases it)."""
-    non_diff = {id(t) for t in ctx._non_differentiable}
-    input_ids = {id(x) for x in inputs if isinstance(x, Tensor)}
+    non_diff = ctx._non_differentiable
     connected = []
     for i, o in enumerate(outs):
         if isinstance(o, Tensor):
-            if id(o) in input_ids:
-                o = o.detach()
-            if id(outs[i]) in non_diff or not differentiable_dtype(o.dtype):
+            returned = o
+            for x in inputs:
+                if o is x:
+                    o = o.detach()
+                    break
+            if not differentiable_dtype(o.dtype) or (
+                non_diff and any(returned is t for t in non_diff)
+            ):
                 o.requires_grad = False
             else:
                 o.requires_grad, o.grad_fn, o._output_nr = True, node, i
@@ -118,18 +125,23 @@ class CustomOpBackward(Node):
         edges: list = []
         layout: list = []  # per input: None (no gradient), -1 (one tensor) or n (a list of n)
         meta: list = []
+        needs: list = []
         for x in inputs:
             if isinstance(x, Tensor):
                 layout.append(-1)
                 edges.append(edge_of(x))
                 meta.append((x._shape, x.dtype))
+                needs.append(x.requires_grad)
             elif (type(x) is list or type(x) is tuple) and x and isinstance(x[0], Tensor):
                 layout.append(len(x))
                 edges.extend(edge_of(y) if isinstance(y, Tensor) else _NO_EDGE for y in x)
                 meta.extend((y._shape, y.dtype) if isinstance(y, Tensor) else None for y in x)
+                needs.append(_requires_grad(x))
             else:
                 layout.append(None)
+                needs.append(False)
         super().__init__(tuple(edges), n_outputs=len(outs))
+        ctx.needs_input_grad = tuple(needs)
         self.op, self.backward, self.ctx = op, backward, ctx
         self._layout, self._meta = layout, meta
         self._outs_meta = [
@@ -144,7 +156,7 @@ class CustomOpBackward(Node):
         self.ctx._saved = None
 
     def apply(self, grad_outputs: list) -> tuple:
-        if self.ctx.materialize_grads and None in grad_outputs:
+        if self.ctx.materialize_grads and any(g is None for g in grad_outputs):
             from tensorplay._factories import zeros  # noqa: PLC0415
 
             grad_outputs = [
