@@ -209,3 +209,11 @@ def test_source_files_build_and_headers_are_rechecked(tmp_path):
     )
     with pytest.raises(FileNotFoundError, match="no such source file"):
         cpp_jit.build("filekern", cpp_files=[tmp_path / "missing.cc"])
+
+
+def test_unwritable_cache_folder_is_a_clear_error(monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TENSORPLAY_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(PermissionError, match="point TENSORPLAY_CACHE_DIR at a writable folder"):
+        cpp_jit.build_inline("cache_unwritable", cpp_sources=ANSWER % 1)

@@ -214,3 +214,28 @@ def test_device_fallback_allocates_with_tensorplay():
     assert [managed.dl_tensor.shape[i] for i in range(2)] == [3, 5]
     assert managed.dl_tensor.data % 64 == 0 and managed.version.major == 1
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(managed.deleter)(ptr)  # the consumer's release
+
+
+SYSTEM_LIB = r"""
+// A kernel that registers itself in the process-wide system library when loaded, the way
+// kernels linked into an executable do (tvm-ffi's TVMFFIEnvModRegisterSystemLibSymbol).
+static int tp_add_one(void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* ret) {
+  TVM_FFI_SAFE_CALL_BEGIN();
+  TVM_FFI_CHECK(num_args == 1, "add_one takes 1 argument");
+  int64_t x = reinterpret_cast<const tvm::ffi::AnyView*>(args)[0].cast<int64_t>();
+  reinterpret_cast<tvm::ffi::Any*>(ret)[0] = x + 1;
+  TVM_FFI_SAFE_CALL_END();
+}
+static int registered = TVMFFIEnvModRegisterSystemLibSymbol(
+    "__tvm_ffi_tp_cppjit_test.add_one", reinterpret_cast<void*>(tp_add_one));
+"""
+
+
+def test_system_lib_reaches_kernels_registered_in_the_process():
+    cpp_jit.load_inline("syslib_provider", cpp_sources=SYSTEM_LIB)
+    lib = cpp_jit.system_lib("tp_cppjit_test.")
+    assert lib.add_one(41) == 42
+    with pytest.raises(AttributeError, match="has no function 'missing'"):
+        lib.missing  # noqa: B018
+    with pytest.raises(TypeError, match="symbol_prefix must be a str"):
+        cpp_jit.system_lib(3)

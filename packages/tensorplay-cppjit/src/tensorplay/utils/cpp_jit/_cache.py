@@ -34,7 +34,13 @@ def cache_root() -> Path:
     base = os.environ.get("TENSORPLAY_CACHE_DIR")
     root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "tensorplay"
     root = root.expanduser() / "cpp_jit"
-    _make_private_dir(root)
+    try:
+        _make_private_dir(root)
+    except OSError as exc:
+        raise PermissionError(
+            f"cpp_jit: cannot create the build cache folder {root} ({exc.strerror}); "
+            "point TENSORPLAY_CACHE_DIR at a writable folder"
+        ) from exc
     return root
 
 
