@@ -27,7 +27,7 @@ from tensorplay._native import NATIVE
 from tensorplay._storage import cpu_empty
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, wrap_array
 
-__all__ = ["OpDef", "register", "call", "OPS", "state"]
+__all__ = ["OpDef", "register", "call", "OPS", "state", "set_device_kernel", "get_device_kernel"]
 
 
 class _State:
@@ -130,6 +130,7 @@ class OpDef:
     jvp: Callable | None = None
     doc: str = ""
     fast: dict = dataclasses.field(default_factory=dict)
+    device_kernels: dict = dataclasses.field(default_factory=dict)  # set_device_kernel
     may_warn: bool = True
     defaults: dict = dataclasses.field(default_factory=dict)
     _fn: Callable | None = None
@@ -366,9 +367,12 @@ def execute(
                 getattr(xp, row.ufunc)(*arrays, out=inplace._data)
             inplace._bump_version()
             return inplace
+        kernel = row.kernel
+        if row.device_kernels:
+            kernel = _device_kernel(row, dev, arrays, params)
         try:
             with _quiet(xp) if row.may_warn else _NO_CONTEXT:
-                result = _wrap_result(row, row.kernel(xp, *arrays, **params), odt, dev)
+                result = _wrap_result(row, kernel(xp, *arrays, **params), odt, dev)
         except (ValueError, IndexError, TypeError, ZeroDivisionError, OverflowError) as e:
             raise RuntimeError(f"{row.name}(): {e}") from e
     if dual:
@@ -386,6 +390,63 @@ def execute(
 
 
 _NO_CONTEXT = contextlib.nullcontext()
+
+
+# ---- per-device kernels of built-in ops (the interface tensorplay-kernels uses) ----------
+
+
+def set_device_kernel(name: str, device_type: str, kernel: Callable | None) -> None:
+    """Run ``kernel`` instead of the op-table kernel of op ``name`` on ``device_type``.
+
+    ``kernel(xp, *arrays, **params)`` has the row kernel's signature: it gets the inputs
+    as arrays of the device's array module (CuPy on CUDA), already promoted to the
+    compute dtype, and returns the result array (or a tuple, for multi-output ops); it
+    may return ``NotImplemented`` to hand a call (a dtype or layout it does not handle)
+    back to the op-table kernel. Autograd, dtype rules, shapes, out= and in-place
+    handling stay the op table's. ``kernel=None`` restores the op-table kernel.
+    CPU kernels cannot be replaced (the CPU fast path runs numpy directly): define a
+    custom op instead.
+    """
+    row = OPS.get(name)
+    if row is None or row.kernel is None:
+        known = sorted(n for n, r in OPS.items() if r.kernel is not None and n[0] != "_")
+        hint = [n for n in known if n.startswith(name[:3])][:5]
+        raise ValueError(
+            f"set_device_kernel(): {name!r} is not a built-in op with a kernel"
+            + (f"; did you mean one of {hint}?" if hint else "")
+        )
+    if device_type not in ("cuda",):
+        raise ValueError(
+            f"set_device_kernel({name!r}, device_type={device_type!r}): only 'cuda' kernels "
+            "can be replaced; for other devices define a custom op (tensorplay.library)"
+        )
+    if kernel is None:
+        row.device_kernels.pop(device_type, None)
+    elif not callable(kernel):
+        raise TypeError(f"set_device_kernel({name!r}): kernel must be callable or None")
+    else:
+        row.device_kernels[device_type] = kernel
+
+
+def get_device_kernel(name: str, device_type: str) -> Callable | None:
+    """The kernel ``set_device_kernel`` installed for ``name`` on ``device_type``, or None."""
+    row = OPS.get(name)
+    return None if row is None else row.device_kernels.get(device_type)
+
+
+def _device_kernel(row: OpDef, dev, arrays, params) -> Callable:
+    """The kernel to run: the installed one, unless it declines the call."""
+    custom = row.device_kernels.get(dev.type)
+    if custom is None:
+        return row.kernel
+
+    def run(xp, *arrays, **params):
+        r = custom(xp, *arrays, **params)
+        return row.kernel(xp, *arrays, **params) if r is NotImplemented else r
+
+    return run
+
+
 # Argument types that never implement __tensorplay_function__ (the cheap pre-check).
 _SIMPLE = frozenset({Tensor, int, float, bool, complex, str, type(None), D.dtype})
 
