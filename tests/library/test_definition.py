@@ -125,3 +125,15 @@ def test_docstring_and_wrapped_body_are_kept(qualname):
 
     op = library.custom_op(qualname(), body)
     assert op.__doc__ == "Adds one." and op.__wrapped__ is body
+
+
+def test_public_names_are_the_spec_list():
+    spec = (
+        "Library CustomOpDef custom_op triton_op tile_lang_op wrap_triton wrap_tilelang "
+        "register_kernel register_fake register_autograd register_vmap register_autocast "
+        "define impl impl_abstract infer_schema opcheck get_kernel get_op has_op "
+        "TritonKernelWrapper TileLangKernelWrapper"
+    ).split()
+    assert sorted(library.__all__) == sorted(spec)
+    assert all(hasattr(library, n) for n in spec)
+    assert tp.library is library
