@@ -307,3 +307,12 @@ def test_register_autocast_validates_arguments(qualname):
         op.register_autocast("cpu", "float16")
     with pytest.raises(ValueError, match="device_type"):
         op.register_autocast("default", tp.float16)
+
+
+def test_forward_mode_goes_through_the_body(qualname):
+    fwad = tp.autograd.forward_ad
+    op = library.custom_op(qualname(), lambda x: x * x)
+    op.register_autograd(lambda ctx, g: g)  # reverse mode only: forward mode uses the body
+    with fwad.dual_level():
+        dual = fwad.make_dual(tp.tensor([1.0, 3.0]), tp.tensor([1.0, 0.5]))
+        assert fwad.unpack_dual(op(dual)).tangent.tolist() == [2.0, 3.0]

@@ -263,6 +263,8 @@ class CustomOpDef:
 
     # ---- calling ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        # The reference fast path; ops whose body has a plain signature run a copy of it
+        # generated with that signature (``_fastcall.specialise``).
         if _state.plain and args and not _tracers.tracers:
             a = args[0]
             if type(a) is Tensor:
