@@ -6,8 +6,9 @@ tensors itself, in C, and a kernel attribute is the engine's own function object
 Python runs between the call and the kernel.
 
 Without that table, a kernel attribute is a ``Kernel``: a thin Python wrapper that checks
-TensorPlay tensor arguments (read-only and misaligned memory are refused with a clear
-error; tvm-ffi itself ignores DLPack's read-only flag), hands CPU tensors over as the
+TensorPlay tensor arguments (read-only and misaligned memory are refused with a
+``BufferError`` naming the argument and the fix; tvm-ffi itself ignores DLPack's read-only
+flag), hands CPU tensors over as the
 numpy arrays that hold their memory (numpy's C ``__dlpack__`` is ~20x cheaper than our
 pure-Python one), runs CUDA kernels on TensorPlay's current stream, and returns engine
 tensors as ``tp.Tensor``.
@@ -33,7 +34,7 @@ def native_exchange() -> bool:
 def _tensor_arg(t: Tensor, i: int, kernel: str) -> Any:
     """What to hand tvm-ffi for TensorPlay tensor ``t``, argument ``i`` of ``kernel``."""
     if t.device.type == "meta":
-        raise ValueError(
+        raise BufferError(
             f"{kernel}: argument {i} is a meta tensor, which holds no data; "
             "kernels take cpu or cuda tensors"
         )
@@ -42,19 +43,19 @@ def _tensor_arg(t: Tensor, i: int, kernel: str) -> Any:
         arr = t.numpy(force=True)  # the array viewing the tensor's memory, no copy
         flags = arr.flags  # (building the flags object is the costly part: once)
         if not flags.writeable:
-            raise ValueError(
+            raise BufferError(
                 f"{kernel}: argument {i} is a read-only tensor, and a kernel can write "
                 "through any TensorView; pass a writable copy (x.clone())"
             )
         if not flags.aligned:
-            raise ValueError(
+            raise BufferError(
                 f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple "
                 f"of its element size ({itemsize} bytes for {t.dtype}), which C++ kernels "
                 "cannot read safely; pass an aligned copy (x.clone())"
             )
         return arr if arr.dtype.kind in _NUMPY_EXPORTABLE else t
     if t.data_ptr() % itemsize:
-        raise ValueError(
+        raise BufferError(
             f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple of "
             f"its element size ({itemsize} bytes for {t.dtype}); pass x.clone()"
         )

@@ -1,0 +1,54 @@
+"""The kernel, seed and composition tests again, with TensorPlay tensors crossing through a
+native DLPack exchange table (the reference exchange_reference.cc, or tensorplay._C's own
+when present): tvm-ffi converts them in C, kernel attributes are the engine's functions,
+and read-only/misaligned/meta tensors are refused by the table."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tensorplay as tp
+from tensorplay.utils import cpp_jit
+
+HERE = Path(__file__).parent
+
+
+@pytest.mark.slow
+def test_kernel_tests_pass_with_a_native_exchange_table(cache_dir):
+    if not cpp_jit.is_available():
+        pytest.skip("apache-tvm-ffi not installed")
+    env = {
+        **os.environ,
+        "TENSORPLAY_TEST_REFERENCE_EXCHANGE": "1",
+        "TENSORPLAY_TEST_CACHE_DIR": str(cache_dir),
+    }
+    files = ["test_kernels.py", "test_seed_examples.py", "test_library_compose.py"]
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout
+
+
+def test_module_hands_out_engine_functions_with_a_native_table(monkeypatch):
+    if not cpp_jit.is_available():
+        pytest.skip("apache-tvm-ffi not installed")
+    from tensorplay.utils.cpp_jit import _module
+
+    mod = cpp_jit.load_inline(
+        "native_kind", cpp_sources="int64_t f() { return 3; }", functions=["f"]
+    )
+    monkeypatch.setattr(tp.Tensor, "__dlpack_c_exchange_api__", object(), raising=False)
+    assert _module.native_exchange()
+    fresh = cpp_jit.load_module(mod.path)
+    assert type(fresh.f).__module__.startswith("tvm_ffi") and fresh.f() == 3
