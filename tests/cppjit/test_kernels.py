@@ -248,3 +248,43 @@ def test_kernel_attributes_match_the_exchange_mode(kit):
         assert type(kit.add_ints).__module__.startswith("tvm_ffi")
     else:  # the checking wrapper of the __dlpack__ fallback
         assert isinstance(kit.add_ints, cpp_jit.Kernel)
+
+
+HOST_ALLOCATOR = r"""
+// A host that installed its own environment allocator before cpp_jit's first use.
+static int host_alloc(DLTensor*, DLManagedTensorVersioned**, void* ctx,
+                      void (*set_error)(void*, const char*, const char*)) {
+  set_error(ctx, "RuntimeError", "served by the host allocator");
+  return -1;
+}
+bool install_host_allocator() {
+  return TVMFFIEnvSetDLPackManagedTensorAllocator(host_alloc, 1, nullptr) == 0;
+}
+"""
+
+
+def test_an_already_installed_host_allocator_takes_precedence():
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        import tvm_ffi, tvm_ffi.cpp
+        import tensorplay as tp
+        host = tvm_ffi.cpp.load_inline("host_alloc", cpp_sources={HOST_ALLOCATOR!r},
+                                       functions=["install_host_allocator"])
+        assert host.install_host_allocator()
+        from tensorplay.utils import cpp_jit
+        from tensorplay.utils.cpp_jit import _allocator
+        kit = cpp_jit.load_inline("kit", cpp_sources={KIT!r}, functions={FUNCS!r})
+        assert _allocator.ensure_installed() is False  # ours stepped aside
+        try:
+            kit.scaled(tp.ones(3, dtype=tp.float64), 2.0)
+        except RuntimeError as exc:
+            print(exc)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "served by the host allocator" in out.stdout

@@ -60,7 +60,8 @@ def _flags() -> list[str]:
     from tvm_ffi import libinfo  # noqa: PLC0415 - the engine is optional
 
     # what tvm-ffi compiles main.cpp with (flags that change code generation must match)
-    incs = dict.fromkeys([libinfo.find_include_path(), libinfo.find_dlpack_include_path()])
+    finders = ("find_include_path", "find_dlpack_include_path")
+    incs = dict.fromkeys(getattr(libinfo, f)() for f in finders if hasattr(libinfo, f))
     return ["-std=c++17", "-fPIC", "-O2", *(f"-I{p}" for p in incs)]
 
 
