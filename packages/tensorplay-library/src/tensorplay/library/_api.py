@@ -152,7 +152,9 @@ def define_op(qualname: str, schema: str | None, *, exist_ok: bool) -> CustomOpD
         return _registry.add(CustomOpDef(namespace, opname, None, (), None, schema))
 
 
-def impl(qualname: Any, types: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+def impl(
+    qualname: Any, types: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None
+) -> Any:
     """Register ``func`` for ``types`` (``"CPU"``/``"CUDA"``, a composite spelling for the
     device-agnostic slot, or ``"Meta"`` for the fake kernel); decorator or direct."""
     op = _registry.resolve(qualname)
@@ -161,7 +163,9 @@ def impl(qualname: Any, types: Any, func: Callable[..., Any] | None = None, /, *
     return op.register_kernel(types, func)
 
 
-def impl_abstract(qualname: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+def impl_abstract(
+    qualname: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None
+) -> Any:
     """The older name of ``register_fake``."""
     return register_fake(qualname, func)
 
@@ -185,15 +189,20 @@ def get_kernel(op: Any, dispatch_key: str) -> Callable[..., Any]:
 
 
 def register_kernel(
-    op: Any, device_types: Any = None, func: Callable[..., Any] | None = None, /, *, lib=None
-):
+    op: Any, device_types: Any = None, func: Callable[..., Any] | None = None, /, *, lib: Any = None
+) -> Any:
     """``op.register_kernel(device_types, func)`` for an op or its qualified name."""
     return _registry.resolve(op).register_kernel(device_types, func)
 
 
 def register_fake(
-    op: Any, func: Callable[..., Any] | None = None, /, *, lib=None, allow_override: bool = True
-):
+    op: Any,
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    lib: Any = None,
+    allow_override: bool = True,
+) -> Any:
     """``op.register_fake(func)`` for an op or its qualified name."""
     target = _registry.resolve(op)
     if func is None:
@@ -207,18 +216,18 @@ def register_autograd(
     /,
     *,
     setup_context: Callable[..., Any] | None = None,
-    lib=None,
+    lib: Any = None,
 ) -> None:
     """``op.register_autograd(backward, setup_context=...)`` for an op or its name."""
     _registry.resolve(op).register_autograd(backward, setup_context=setup_context)
 
 
-def register_vmap(op: Any, func: Callable[..., Any] | None = None, /, *, lib=None):
+def register_vmap(op: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None) -> Any:
     """``op.register_vmap(func)`` for an op or its qualified name."""
     target = _registry.resolve(op)
     return target.register_vmap() if func is None else target.register_vmap(func)
 
 
-def register_autocast(op: Any, device_type: str, cast_inputs: Any, /, *, lib=None) -> None:
+def register_autocast(op: Any, device_type: str, cast_inputs: Any, /, *, lib: Any = None) -> None:
     """``op.register_autocast(device_type, cast_inputs)`` for an op or its name."""
     _registry.resolve(op).register_autocast(device_type, cast_inputs)

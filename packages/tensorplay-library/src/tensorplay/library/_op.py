@@ -129,7 +129,9 @@ class CustomOpDef:
         specialise(self, params)
 
     # ---- registration -------------------------------------------------------------------
-    def register_kernel(self, device_types: Any = None, fn: Callable[..., Any] | None = None, /):
+    def register_kernel(
+        self, device_types: Any = None, fn: Callable[..., Any] | None = None, /
+    ) -> Any:
         """Register ``fn`` for ``device_types`` (None: the device-agnostic slot).
 
         Re-registering replaces the kernel (hot swap). Decorator or direct call::
@@ -151,7 +153,9 @@ class CustomOpDef:
 
         return register if fn is None else register(fn)
 
-    def register_fake(self, fn: Callable[..., Any] | None = None, /, *, allow_override=True):
+    def register_fake(
+        self, fn: Callable[..., Any] | None = None, /, *, allow_override: bool = True
+    ) -> Any:
         """Register the fake (meta) kernel: data-free outputs of the right shape/dtype/device.
 
         It runs for meta-device inputs and during shape propagation; it must not read data.
@@ -190,7 +194,7 @@ class CustomOpDef:
             self._formula = (backward, setup_context)
         return backward
 
-    def register_vmap(self, fn: Callable[..., Any] | None = None, /):
+    def register_vmap(self, fn: Callable[..., Any] | None = None, /) -> Any:
         """Store the op's batching rule (used once a ``tp.vmap`` transform exists)."""
 
         def register(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -246,13 +250,14 @@ class CustomOpDef:
     def _rebuild(self) -> None:
         """Publish the dispatch table: device type -> the kernel a call on it runs."""
         agnostic = self._kernels.get(AGNOSTIC)
-        table = {}
+        table: dict[str, Callable[..., Any]] = {}
         for dev in DEVICE_TYPES:
-            k = self._kernels.get(dev) if dev not in self._disabled else None
-            if k is not None or agnostic is not None:
-                table[dev] = k if k is not None else agnostic
-        if self._fake is not None or agnostic is not None:
-            table["meta"] = self._fake if self._fake is not None else agnostic
+            k = self._kernel(dev) or agnostic
+            if k is not None:
+                table[dev] = k
+        meta = self._fake or agnostic
+        if meta is not None:
+            table["meta"] = meta
         self._table = table
 
     def _kernel(self, key: str) -> Callable[..., Any] | None:

@@ -8,6 +8,7 @@ modified and the checks do not see each other's side effects. A check fails by r
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Callable, Sequence
@@ -126,7 +127,8 @@ def _device_runs(op: CustomOpDef, args: tuple, kwargs: dict, devices):
                 stacklevel=3,
             )
             continue
-        yield dev, _map(args, lambda t, d=dev: t.to(d)), _map(kwargs, lambda t, d=dev: t.to(d))
+        move = functools.partial(_to_device, device=dev)
+        yield dev, _map(args, move), _map(kwargs, move)
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -141,6 +143,10 @@ def _map(value: Any, fn: Callable[[Tensor], Any]) -> Any:
     if isinstance(value, dict):
         return {k: _map(v, fn) for k, v in value.items()}
     return value
+
+
+def _to_device(t: Tensor, device: str) -> Tensor:
+    return t.to(device)
 
 
 def _clone(value: Any) -> Any:
