@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import numpy as np
@@ -263,7 +264,7 @@ bool install_host_allocator() {
 """
 
 
-def test_an_already_installed_host_allocator_takes_precedence():
+def test_an_already_installed_host_allocator_takes_precedence(cache_dir):
     import subprocess
     import sys
     import textwrap
@@ -285,6 +286,9 @@ def test_an_already_installed_host_allocator_takes_precedence():
             print(exc)
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "TVM_FFI_CACHE_DIR": str(cache_dir / "tvm_ffi")}  # hermetic
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env
+    )
     assert out.returncode == 0, out.stderr
     assert "served by the host allocator" in out.stdout
