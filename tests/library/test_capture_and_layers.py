@@ -256,3 +256,23 @@ def test_real_triton_kernel_is_accepted_when_triton_is_installed():
         pass
 
     assert library.wrap_triton(kernel).kernel is kernel
+
+
+def test_override_in_a_later_argument_is_honoured(qualname):
+    class Wrapped:
+        def __tensorplay_function__(self, func, types, args=(), kwargs=None):
+            return ("handled", func)
+
+    plain = library.custom_op(qualname("plain"), lambda x, y: x)
+    star = library.custom_op(qualname("star"), lambda x, *rest: x)  # the reference __call__
+    assert plain(tp.ones(1), Wrapped()) == ("handled", plain)
+    assert star(tp.ones(1), Wrapped()) == ("handled", star)
+    assert plain(tp.ones(1), y=Wrapped()) == ("handled", plain)
+
+
+def test_symbolic_later_argument_is_captured_by_the_reference_call_too(qualname):
+    op = library.custom_op(qualname(), lambda x, *rest: x)
+    tracer = RecordingTracer()
+    with capture.tracing(tracer):
+        op(tp.ones(1), FakeProxy("p"))
+    assert [c[0] for c in tracer.calls] == [op]

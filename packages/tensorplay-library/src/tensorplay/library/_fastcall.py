@@ -1,15 +1,12 @@
 """A ``__call__`` generated with the body's own signature, for the fast path.
 
 ``CustomOpDef.__call__(self, *args, **kwargs)`` is the readable reference. Packing and
-re-spreading ``*args, **kwargs`` and probing the thread-local capture stack cost about
-0.2 µs of a ~0.3 µs call, so for a body with a plain signature each op gets its own
-subclass whose ``__call__`` is generated from that signature, e.g. for
-``def scaled(x, factor=2.0)``::
+re-spreading ``*args, **kwargs`` and scanning the arguments cost about 0.2 µs of a
+~0.3 µs call, so for a body with a plain signature each op gets its own subclass whose
+``__call__`` is generated from that signature, e.g. for ``def scaled(x, factor=2.0)``::
 
     def __call__(__tp_op, x, factor=__tp_d0):
-        if __tp_st.plain and type(x) is __tp_T and (
-            type(factor) in __tp_NP or not __tp_capture.tracers
-        ):
+        if __tp_st.plain and type(x) is __tp_T and type(factor) in __tp_NP:
             if __tp_op._formula is None or not __tp_grad.enabled or not __tp_wants(...):
                 __tp_k = __tp_op._table.get(x.device.type)
                 if __tp_k is not None:
@@ -18,9 +15,12 @@ subclass whose ``__call__`` is generated from that signature, e.g. for
                 return __tp_apply(__tp_op, (x, factor), {})
         return __tp_op._call_general((x, factor), {})
 
-Python binds the arguments; when every argument's type can never be a capture proxy
-the capture stack is not consulted. Arguments reach kernels bound to the signature
-(positional parameters positionally, keyword-only ones by keyword). Bodies with
+Python binds the arguments. Only calls whose arguments are all plain values (the first
+a ``Tensor``, the others tensors, numbers, strings, None or dtypes) take the fast path:
+such arguments can be neither capture proxies nor ``__tensorplay_function__``
+overrides, so neither needs a check. Everything else (lists, subclasses, proxies) takes
+the general path. Arguments reach kernels bound to the signature (positional
+parameters positionally, keyword-only ones by keyword). Bodies with
 ``*args``/``**kwargs`` keep the reference ``__call__``.
 """
 
@@ -49,7 +49,6 @@ def specialise(op: CustomOpDef, params: tuple[inspect.Parameter, ...]) -> None:
 
     env: dict = {
         "__tp_st": _op._state,
-        "__tp_capture": _op._tracers,
         "__tp_grad": _op._grad,
         "__tp_T": Tensor,
         "__tp_NP": _op._PLAIN_TYPES,
@@ -78,10 +77,10 @@ def specialise(op: CustomOpDef, params: tuple[inspect.Parameter, ...]) -> None:
     args = "(" + "".join(f"{n}, " for n in positional) + ")"
     kwargs = "{" + ", ".join(f"{n!r}: {n}" for n in keyword) + "}"
     forward = ", ".join(positional + [f"{n}={n}" for n in keyword])
-    no_proxy = " and ".join(f"type({n}) in __tp_NP" for n in positional[1:] + keyword) or "True"
+    plain_args = "".join(f" and type({n}) in __tp_NP" for n in positional[1:] + keyword)
     src = f"""
 def __call__(__tp_op, {", ".join(sig)}):
-    if __tp_st.plain and type({first}) is __tp_T and ({no_proxy} or not __tp_capture.tracers):
+    if __tp_st.plain and type({first}) is __tp_T{plain_args}:
         if (
             __tp_op._formula is None
             or not __tp_grad.enabled

@@ -4,9 +4,10 @@ A call takes one of two paths:
 
 * the **fast path** (``__call__``; ``_fastcall`` generates a copy of it with the
   body's own signature for each op): nothing needs to see the call (``state.plain``: no
-  override/dispatch mode, profiler or autocast; no capture), the first argument is a
-  ``Tensor`` and there is no autograd node to build. It costs a few attribute loads and
-  one dict hit (``_table``: device type -> kernel), then the kernel runs;
+  override/dispatch mode, profiler or autocast), the first argument is a ``Tensor`` and
+  the others plain values (so none is a capture proxy or an override), and there is no
+  autograd node to build. It costs a few attribute loads and one dict hit (``_table``:
+  device type -> kernel), then the kernel runs;
 * the **general path** (``_call_general``), the layers in the order they run:
   capture (one graph node, the body does not run) -> ``__tensorplay_function__``
   overrides and function modes -> autocast -> profiler span -> autograd (a node for the
@@ -270,9 +271,10 @@ class CustomOpDef:
     def __call__(self, *args, **kwargs):
         # The reference fast path; ops whose body has a plain signature run a copy of it
         # generated with that signature (``_fastcall.specialise``).
-        if _state.plain and args and not _tracers.tracers:
+        if _state.plain and args:
             a = args[0]
-            if type(a) is Tensor:
+            # plain arguments can be neither capture proxies nor overrides
+            if type(a) is Tensor and not _unusual(args, kwargs):
                 if self._formula is not None and _grad.enabled and _wants_grad(args, kwargs):
                     return _autograd.apply(self, args, kwargs)
                 kernel = self._table.get(a.device.type)
