@@ -316,3 +316,32 @@ def test_forward_mode_goes_through_the_body(qualname):
     with fwad.dual_level():
         dual = fwad.make_dual(tp.tensor([1.0, 3.0]), tp.tensor([1.0, 0.5]))
         assert fwad.unpack_dual(op(dual)).tangent.tolist() == [2.0, 3.0]
+
+
+def test_once_differentiable_backward(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)
+
+    @tp.autograd.once_differentiable
+    def backward(ctx, g):
+        return tp.tensor(g.detach().numpy() * 2)  # leaves TensorPlay: not differentiable
+
+    op.register_autograd(backward)
+    x = tp.ones(2, requires_grad=True)
+    op(x).sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_set_materialize_grads_false_passes_none(qualname):
+    seen = []
+    op = library.custom_op(qualname(), lambda x: (x * 2, x * 3))
+
+    def backward(ctx, g1, g2):
+        seen.append(g2)
+        return g1 * 2
+
+    op.register_autograd(
+        backward, setup_context=lambda ctx, inputs, output: ctx.set_materialize_grads(False)
+    )
+    x = tp.ones(2, requires_grad=True)
+    op(x)[0].sum().backward()
+    assert seen == [None] and x.grad.tolist() == [2.0, 2.0]
