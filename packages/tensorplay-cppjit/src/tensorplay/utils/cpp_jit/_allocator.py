@@ -62,7 +62,7 @@ def alloc_with_tensorplay(proto: DLTensor) -> int:
 
 
 @_ALLOC_FN
-def _device_alloc(proto_ptr, out, error_ctx, set_error):  # type: ignore[no-untyped-def]
+def _device_alloc(proto_ptr, out, error_ctx, set_error):
     try:
         out[0] = alloc_with_tensorplay(DLTensor.from_address(proto_ptr))
         return 0
