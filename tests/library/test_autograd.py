@@ -345,3 +345,13 @@ def test_set_materialize_grads_false_passes_none(qualname):
     x = tp.ones(2, requires_grad=True)
     op(x)[0].sum().backward()
     assert seen == [None] and x.grad.tolist() == [2.0, 2.0]
+
+
+def test_list_output_gets_one_gradient_per_element(qualname):
+    op = library.custom_op(qualname(), lambda x: [x * 2, x * 3])
+    op.register_autograd(lambda ctx, g1, g2: g1 * 2 + g2 * 3)
+    x = tp.ones(2, requires_grad=True)
+    outs = op(x)
+    assert isinstance(outs, list) and all(o.grad_fn is outs[0].grad_fn for o in outs)
+    (outs[0] + outs[1]).sum().backward()
+    assert x.grad.tolist() == [5.0, 5.0]

@@ -46,8 +46,8 @@ def apply(op: CustomOpDef, args: tuple, kwargs: dict):
             output = kernel(*args, **kwargs)
         finally:
             _grad.enabled = True  # apply() only runs with grad mode on
-    single = not isinstance(output, tuple)
-    outs = (output,) if single else output
+    single = not isinstance(output, (tuple, list))  # a list output: one grad per element
+    outs = (output,) if single else tuple(output)
     ctx = FunctionCtx()
     node = CustomOpBackward(op, backward, ctx, inputs, outs)  # sets ctx.needs_input_grad
     if setup_context is not None:
@@ -60,7 +60,7 @@ def apply(op: CustomOpDef, args: tuple, kwargs: dict):
             for t in ctx._to_save
         ]
         ctx._to_save = ()  # raw references would keep the outputs (and the node) alive
-    return connected[0] if single else tuple(connected)
+    return connected[0] if single else type(output)(connected)
 
 
 def _requires_grad(x: Any) -> bool:
