@@ -1,0 +1,471 @@
+"""The Triton kernels of the ``tpk`` library, in Triton's language.
+
+Imported on the first launch (``tensorplay.kernels._ops`` asks for it), never at
+``import tensorplay.kernels``: importing this module imports Triton, which first decides
+between compiled CUDA kernels and the CPU interpreter (see ``_capability.import_triton``).
+
+Conventions: pointers are typed by the tensors passed for them; ``ACC`` is the
+accumulation type (float32 for half types and float32, float64 for float64); ``OP`` /
+``ACT`` are strings resolved at compile time, so each variant is its own kernel.
+Offsets are int64 so tensors of more than 2**31 elements index correctly.
+"""
+
+from __future__ import annotations
+
+from tensorplay.kernels._capability import import_triton
+
+import_triton()  # picks the interpreter on a machine without CUDA, before tl is imported
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from tensorplay.kernels._launch import kernel  # noqa: E402
+from tensorplay.library import wrap_triton  # noqa: E402
+
+# Elementwise kernels move bytes: one block of 1024 (or 4096 on the GPU) elements per
+# program, 4 warps; the interpreter runs programs one by one, so it gets bigger blocks.
+_EW_CONFIGS = [
+    {"BLOCK": 1024, "num_warps": 4, "num_stages": 1},
+    {"BLOCK": 2048, "num_warps": 8, "num_stages": 1},
+    {"BLOCK": 4096, "num_warps": 8, "num_stages": 1},
+]
+_EW_CPU = {"BLOCK": 1024}
+
+
+# ---- elementwise ------------------------------------------------------------------------
+
+
+def _activation(x, ACT: tl.constexpr):
+    # Written out (no tl.sigmoid / libdevice tanh) so the same code runs on the interpreter,
+    # and in forms that keep full relative precision: sigmoid never computes exp of a large
+    # positive number, tanh switches to its Taylor series near 0 (where 1 - exp(-2|x|)
+    # would cancel).
+    if ACT == "relu":
+        y = tl.where(x < 0, 0.0, x)  # NaN stays NaN, like numpy's maximum
+    elif ACT == "gelu":
+        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        y = 0.5 * x * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0))
+    elif ACT == "silu" or ACT == "sigmoid":
+        e = tl.exp(-tl.abs(x))
+        s = tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+        if ACT == "silu":
+            y = x * s
+        else:
+            y = s
+    elif ACT == "tanh":
+        a = tl.abs(x)
+        e = tl.exp(-2.0 * a)
+        big = (1.0 - e) / (1.0 + e)
+        x2 = x * x
+        # odd Taylor series to x**11: below 0.1 its error is under float64 rounding
+        poly = 62.0 / 2835.0 - x2 * (1382.0 / 155925.0)
+        small = a * (1.0 - x2 * (1.0 / 3.0 - x2 * (2.0 / 15.0 - x2 * (17.0 / 315.0 - x2 * poly))))
+        t = tl.where(a < 0.1, small, big)
+        y = tl.where(x < 0, -t, t)
+    elif ACT == "exp":
+        y = tl.exp(x)
+    elif ACT == "neg":
+        y = -x
+    elif ACT == "abs":
+        y = tl.abs(x)
+    elif ACT == "sqrt":
+        y = tl.sqrt(x)
+    else:  # "none"
+        y = x
+    return y
+
+
+def _unary(x_ptr, out_ptr, n, ACT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask).to(ACC)
+    y = activation(x, ACT)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _binary(
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    n,
+    s1,
+    s2,
+    s3,
+    as0,
+    as1,
+    as2,
+    as3,
+    bs0,
+    bs1,
+    bs2,
+    bs3,
+    OP: tl.constexpr,
+    CONTIG: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # The output is contiguous with shape (s0, s1, s2, s3); inputs are read through their
+    # own element strides (0 along broadcast dimensions), so nothing is expanded in memory.
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    if CONTIG:
+        a_off = offs
+        b_off = offs
+    else:
+        i3 = offs % s3
+        r = offs // s3
+        i2 = r % s2
+        r = r // s2
+        i1 = r % s1
+        i0 = r // s1
+        a_off = i0 * as0 + i1 * as1 + i2 * as2 + i3 * as3
+        b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
+    a = tl.load(a_ptr + a_off, mask=mask).to(ACC)
+    b = tl.load(b_ptr + b_off, mask=mask, other=1).to(ACC)  # 1: no 0/0 in masked lanes
+    if OP == "add":
+        y = a + b
+    elif OP == "sub":
+        y = a - b
+    elif OP == "mul":
+        y = a * b
+    elif OP == "div":
+        y = a / b
+    elif OP == "maximum":
+        y = tl.where((a > b) | (a != a), a, b)  # NaN propagates, like numpy
+    else:  # "minimum"
+        y = tl.where((a < b) | (a != a), a, b)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _bias_act(
+    x_ptr, b_ptr, out_ptr, n, n_cols, ACT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr
+):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask).to(ACC)
+    b = tl.load(b_ptr + offs % n_cols, mask=mask).to(ACC)
+    y = activation(x + b, ACT)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+# ---- row kernels: one program per row of a contiguous (rows, n_cols) view ----------------
+# SINGLE: the row fits one block and is read once; otherwise the row is walked in chunks.
+
+
+def _row_reduce(x_ptr, out_ptr, n_cols, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    base = x_ptr + row * n_cols
+    if OP == "max":
+        acc = tl.full([BLOCK], float("-inf"), ACC)
+        nan = tl.zeros([BLOCK], tl.int32)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = tl.load(base + offs, mask=offs < n_cols, other=float("-inf")).to(ACC)
+            nan = nan | (x != x).to(tl.int32)
+            acc = tl.where(x > acc, x, acc)
+        r = tl.max(acc, 0)
+        r = tl.where(tl.max(nan, 0) > 0, float("nan"), r)  # any NaN makes the max NaN
+    else:
+        acc = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            acc += tl.load(base + offs, mask=offs < n_cols, other=0.0).to(ACC)
+        r = tl.sum(acc, 0)
+        if OP == "mean":
+            r = r / n_cols
+    tl.store(out_ptr + row, r.to(out_ptr.dtype.element_ty))
+
+
+def _softmax(x_ptr, out_ptr, n_cols, SINGLE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * n_cols
+    o_row = out_ptr + row * n_cols
+    if SINGLE:
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        x = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(ACC)
+        e = tl.exp(x - tl.max(x, 0))
+        e = tl.where(mask, e, 0.0)
+        tl.store(o_row + offs, (e / tl.sum(e, 0)).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        # online pass: running max m and the sum s of exp(x - m), rescaled when m grows
+        m = tl.full([BLOCK], float("-inf"), ACC)
+        s = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            x = tl.load(x_row + offs, mask=offs < n_cols, other=float("-inf")).to(ACC)
+            m_new = tl.maximum(m, x)
+            scale = tl.where(m_new == float("-inf"), 0.0, tl.exp(m - m_new))
+            s = s * scale + tl.where(x == float("-inf"), 0.0, tl.exp(x - m_new))
+            m = m_new
+        m_row = tl.max(m, 0)
+        s_row = tl.sum(tl.where(m == float("-inf"), 0.0, s * tl.exp(m - m_row)), 0)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            x = tl.load(x_row + offs, mask=mask, other=float("-inf")).to(ACC)
+            y = tl.exp(x - m_row) / s_row
+            tl.store(o_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _softmax_backward(
+    g_ptr, y_ptr, out_ptr, n_cols, SINGLE: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr
+):
+    # dx = y * (g - sum(g * y)) along the row
+    row = tl.program_id(0).to(tl.int64)
+    g_row = g_ptr + row * n_cols
+    y_row = y_ptr + row * n_cols
+    o_row = out_ptr + row * n_cols
+    if SINGLE:
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        g = tl.load(g_row + offs, mask=mask, other=0.0).to(ACC)
+        y = tl.load(y_row + offs, mask=mask, other=0.0).to(ACC)
+        dot = tl.sum(g * y, 0)
+        tl.store(o_row + offs, (y * (g - dot)).to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            g = tl.load(g_row + offs, mask=mask, other=0.0).to(ACC)
+            y = tl.load(y_row + offs, mask=mask, other=0.0).to(ACC)
+            acc += g * y
+        dot = tl.sum(acc, 0)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            g = tl.load(g_row + offs, mask=mask, other=0.0).to(ACC)
+            y = tl.load(y_row + offs, mask=mask, other=0.0).to(ACC)
+            tl.store(o_row + offs, (y * (g - dot)).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _layer_norm(
+    x_ptr,
+    w_ptr,
+    b_ptr,
+    out_ptr,
+    n_cols,
+    eps,
+    HAS_W: tl.constexpr,
+    HAS_B: tl.constexpr,
+    SINGLE: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * n_cols
+    o_row = out_ptr + row * n_cols
+    if SINGLE:
+        offs = tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(ACC)
+        mean = tl.sum(x, 0) / n_cols
+        d = tl.where(mask, x - mean, 0.0)
+        rstd = 1.0 / tl.sqrt(tl.sum(d * d, 0) / n_cols + eps)
+        y = d * rstd
+        if HAS_W:
+            y = y * tl.load(w_ptr + offs, mask=mask, other=0.0).to(ACC)
+        if HAS_B:
+            y = y + tl.load(b_ptr + offs, mask=mask, other=0.0).to(ACC)
+        tl.store(o_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            acc += tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(ACC)
+        mean = tl.sum(acc, 0) / n_cols
+        acc = tl.zeros([BLOCK], ACC)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(ACC)
+            d = tl.where(mask, x - mean, 0.0)
+            acc += d * d
+        rstd = 1.0 / tl.sqrt(tl.sum(acc, 0) / n_cols + eps)
+        for start in range(0, n_cols, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < n_cols
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(ACC)
+            y = (x - mean) * rstd
+            if HAS_W:
+                y = y * tl.load(w_ptr + offs, mask=mask, other=0.0).to(ACC)
+            if HAS_B:
+                y = y + tl.load(b_ptr + offs, mask=mask, other=0.0).to(ACC)
+            tl.store(o_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _layer_norm_backward_dx(
+    g_ptr,
+    x_ptr,
+    w_ptr,
+    dx_ptr,
+    mean_ptr,
+    rstd_ptr,
+    n_cols,
+    eps,
+    HAS_W: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # dx = rstd * (wg - mean(wg) - xhat * mean(wg * xhat)), wg = w * g; the row statistics
+    # are recomputed (cheaper than saving them) and stored for the weight/bias kernel.
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * n_cols
+    g_row = g_ptr + row * n_cols
+    acc = tl.zeros([BLOCK], ACC)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_row + offs, mask=offs < n_cols, other=0.0).to(ACC)
+    mean = tl.sum(acc, 0) / n_cols
+    acc = tl.zeros([BLOCK], ACC)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        d = tl.where(mask, tl.load(x_row + offs, mask=mask, other=0.0).to(ACC) - mean, 0.0)
+        acc += d * d
+    rstd = 1.0 / tl.sqrt(tl.sum(acc, 0) / n_cols + eps)
+    c1 = tl.zeros([BLOCK], ACC)
+    c2 = tl.zeros([BLOCK], ACC)
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        xhat = (tl.load(x_row + offs, mask=mask, other=0.0).to(ACC) - mean) * rstd
+        wg = tl.load(g_row + offs, mask=mask, other=0.0).to(ACC)
+        if HAS_W:
+            wg = wg * tl.load(w_ptr + offs, mask=mask, other=0.0).to(ACC)
+        c1 += tl.where(mask, xhat * wg, 0.0)
+        c2 += wg
+    c1s = tl.sum(c1, 0) / n_cols
+    c2s = tl.sum(c2, 0) / n_cols
+    for start in range(0, n_cols, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n_cols
+        xhat = (tl.load(x_row + offs, mask=mask, other=0.0).to(ACC) - mean) * rstd
+        wg = tl.load(g_row + offs, mask=mask, other=0.0).to(ACC)
+        if HAS_W:
+            wg = wg * tl.load(w_ptr + offs, mask=mask, other=0.0).to(ACC)
+        dx = (wg - xhat * c1s - c2s) * rstd
+        tl.store(dx_ptr + row * n_cols + offs, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+def _layer_norm_backward_dwdb(
+    g_ptr,
+    x_ptr,
+    mean_ptr,
+    rstd_ptr,
+    dw_ptr,
+    db_ptr,
+    n_rows,
+    n_cols,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    # one program per block of columns, walking all rows: dw = sum(g * xhat), db = sum(g)
+    cols = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cmask = cols < n_cols
+    dw = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    db = tl.zeros([BLOCK_M, BLOCK_N], ACC)
+    for start in range(0, n_rows, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        rmask = rows < n_rows
+        mask = rmask[:, None] & cmask[None, :]
+        idx = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+        g = tl.load(g_ptr + idx, mask=mask, other=0.0).to(ACC)
+        x = tl.load(x_ptr + idx, mask=mask, other=0.0).to(ACC)
+        mean = tl.load(mean_ptr + rows, mask=rmask, other=0.0).to(ACC)
+        rstd = tl.load(rstd_ptr + rows, mask=rmask, other=0.0).to(ACC)
+        dw += g * (x - mean[:, None]) * rstd[:, None]
+        db += g
+    tl.store(dw_ptr + cols, tl.sum(dw, 0).to(dw_ptr.dtype.element_ty), mask=cmask)
+    tl.store(db_ptr + cols, tl.sum(db, 0).to(db_ptr.dtype.element_ty), mask=cmask)
+
+
+# ---- matmul -------------------------------------------------------------------------------
+
+
+def _matmul(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    # Programs are ordered in groups of GROUP_M row-blocks so neighbouring programs share
+    # tiles of B in L2 (the classic Triton matmul schedule); accumulation is float32
+    # (float64 for float64), the result is cast to C's type.
+    pid = tl.program_id(0)
+    num_m = tl.cdiv(M, BLOCK_M)
+    num_n = tl.cdiv(N, BLOCK_N)
+    in_group = GROUP_M * num_n
+    first_m = (pid // in_group) * GROUP_M
+    group_size = min(num_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % in_group) % group_size
+    pid_n = (pid % in_group) // group_size
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        if UPCAST:  # the CPU interpreter has no bfloat16 dot: multiply in float32
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+_MM_CONFIGS = [
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 2, "num_stages": 4},
+]
+
+activation = triton.jit(_activation)  # called from the kernels above (a Triton device call)
+unary = wrap_triton(kernel(_unary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
+binary = wrap_triton(kernel(_binary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
+bias_act = wrap_triton(kernel(_bias_act, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
+row_reduce = wrap_triton(kernel(_row_reduce))
+softmax = wrap_triton(kernel(_softmax))
+softmax_backward = wrap_triton(kernel(_softmax_backward))
+layer_norm = wrap_triton(kernel(_layer_norm))
+layer_norm_backward_dx = wrap_triton(kernel(_layer_norm_backward_dx))
+layer_norm_backward_dwdb = wrap_triton(kernel(_layer_norm_backward_dwdb))
+matmul = wrap_triton(
+    kernel(
+        _matmul,
+        configs=_MM_CONFIGS,
+        key=["M", "N", "K"],
+        cpu_meta={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4},
+    )
+)

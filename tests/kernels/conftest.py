@@ -1,0 +1,48 @@
+"""Shared setup for the tensorplay-kernels tests.
+
+Triton kernels run on CPU tensors through Triton's interpreter (``TRITON_INTERPRET=1``,
+chosen by ``tensorplay.kernels`` when there is no GPU); on a CUDA machine they run
+compiled. ``cpu_triton`` / ``cuda_triton`` skip, with the reason, where that is not
+possible. The cpp_jit build cache is a fresh folder per session (hermetic).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tensorplay.kernels import tilelang_unavailable_reason, triton_unavailable_reason
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    saved = os.environ.get("TENSORPLAY_CACHE_DIR")
+    os.environ["TENSORPLAY_CACHE_DIR"] = str(Path(tmp_path_factory.mktemp("tpk_cache")))
+    yield
+    if saved is None:
+        os.environ.pop("TENSORPLAY_CACHE_DIR", None)
+    else:
+        os.environ["TENSORPLAY_CACHE_DIR"] = saved
+
+
+@pytest.fixture
+def cpu_triton() -> None:
+    why = triton_unavailable_reason("cpu")
+    if why is not None:
+        pytest.skip(f"Triton interpreter not available: {why}")
+
+
+@pytest.fixture
+def cuda_triton() -> None:
+    why = triton_unavailable_reason("cuda")
+    if why is not None:
+        pytest.skip(f"CUDA not available: {why}")
+
+
+@pytest.fixture
+def cuda_tilelang() -> None:
+    why = tilelang_unavailable_reason()
+    if why is not None:
+        pytest.skip(f"CUDA not available: {why}")
