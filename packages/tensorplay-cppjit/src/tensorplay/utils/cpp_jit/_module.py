@@ -65,11 +65,11 @@ def _tensor_arg(t: Tensor, i: int, kernel: str) -> Any:
 class Kernel:
     """A compiled function, called with TensorPlay tensors, scalars and strings."""
 
-    def __init__(self, fn: Any, qualname: str) -> None:
+    def __init__(self, fn: Any, qualname: str, doc: str | None = None) -> None:
         self._fn = fn
         self.__name__ = qualname.rsplit(".", 1)[-1]
         self.__qualname__ = qualname
-        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__doc__ = doc
 
     def __call__(self, *args: Any) -> Any:
         cuda_device = None
@@ -131,7 +131,11 @@ class Module:
                 "exported when it is listed in functions= (load_inline) or exported with "
                 "TVM_FFI_DLL_EXPORT_TYPED_FUNC (source files)"
             ) from None
-        kernel = fn if native_exchange() else Kernel(fn, f"{self._name}.{attr}")
+        if native_exchange():
+            kernel = fn
+        else:
+            doc = getattr(self._ffi, "get_function_doc", lambda name: None)(attr)
+            kernel = Kernel(fn, f"{self._name}.{attr}", doc)
         self.__dict__[attr] = kernel  # later lookups skip __getattr__
         return kernel
 
