@@ -33,33 +33,29 @@ def native_exchange() -> bool:
 
 def _tensor_arg(t: Tensor, i: int, kernel: str) -> Any:
     """What to hand tvm-ffi for TensorPlay tensor ``t``, argument ``i`` of ``kernel``."""
-    if t.device.type == "meta":
-        raise BufferError(
-            f"{kernel}: argument {i} is a meta tensor, which holds no data; "
-            "kernels take cpu or cuda tensors"
-        )
-    itemsize = t.dtype.itemsize
-    if t.device.type == "cpu":
+    kind = t.device.type
+    if kind == "cpu":
         arr = t.numpy(force=True)  # the array viewing the tensor's memory, no copy
         flags = arr.flags  # (building the flags object is the costly part: once)
+        if flags.writeable and flags.aligned:
+            return arr if arr.dtype.kind in _NUMPY_EXPORTABLE else t
         if not flags.writeable:
             raise BufferError(
                 f"{kernel}: argument {i} is a read-only tensor, and a kernel can write "
                 "through any TensorView; pass a writable copy (x.clone())"
             )
-        if not flags.aligned:
-            raise BufferError(
-                f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple "
-                f"of its element size ({itemsize} bytes for {t.dtype}), which C++ kernels "
-                "cannot read safely; pass an aligned copy (x.clone())"
-            )
-        return arr if arr.dtype.kind in _NUMPY_EXPORTABLE else t
-    if t.data_ptr() % itemsize:
+    elif kind == "meta":
         raise BufferError(
-            f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple of "
-            f"its element size ({itemsize} bytes for {t.dtype}); pass x.clone()"
+            f"{kernel}: argument {i} is a meta tensor, which holds no data; "
+            "kernels take cpu or cuda tensors"
         )
-    return t  # CUDA: tvm-ffi takes it through __dlpack__
+    elif t.data_ptr() % t.dtype.itemsize == 0:
+        return t  # CUDA: tvm-ffi takes it through __dlpack__
+    raise BufferError(
+        f"{kernel}: argument {i}'s data address {t.data_ptr():#x} is not a multiple of its "
+        f"element size ({t.dtype.itemsize} bytes for {t.dtype}), which C++ kernels cannot "
+        "read safely; pass an aligned copy (x.clone())"
+    )
 
 
 class Kernel:
@@ -67,32 +63,30 @@ class Kernel:
 
     def __init__(self, fn: Any, qualname: str, doc: str | None = None) -> None:
         self._fn = fn
+        self._engine_tensor = _engine.engine().Tensor
         self.__name__ = qualname.rsplit(".", 1)[-1]
         self.__qualname__ = qualname
         self.__doc__ = doc
 
     def __call__(self, *args: Any) -> Any:
+        converted = list(args)
         cuda_device = None
-        if any(isinstance(a, Tensor) for a in args):
-            converted = []
-            for i, a in enumerate(args):
-                if isinstance(a, Tensor):
-                    if cuda_device is None and a.device.type == "cuda":
-                        cuda_device = a.device
-                    a = _tensor_arg(a, i, self.__qualname__)
-                converted.append(a)
-            args = tuple(converted)
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                if cuda_device is None and a.device.type == "cuda":
+                    cuda_device = a.device
+                converted[i] = _tensor_arg(a, i, self.__qualname__)
         if cuda_device is None:
-            out = self._fn(*args)
+            out = self._fn(*converted)
         else:
-            out = _call_on_tensorplay_stream(self._fn, args, cuda_device)
-        return _to_tensorplay(out)
+            out = _call_on_tensorplay_stream(self._fn, converted, cuda_device)
+        return tp.from_dlpack(out) if isinstance(out, self._engine_tensor) else out
 
     def __repr__(self) -> str:
         return f"<cpp_jit kernel {self.__qualname__}>"
 
 
-def _call_on_tensorplay_stream(fn: Any, args: tuple, device: Any) -> Any:
+def _call_on_tensorplay_stream(fn: Any, args: list, device: Any) -> Any:
     # tvm-ffi's __dlpack__ path does not pick up a stream: set TensorPlay's current one
     # as the environment stream kernels read with TVMFFIEnvGetStream.
     tvm_ffi = _engine.engine()
@@ -100,13 +94,6 @@ def _call_on_tensorplay_stream(fn: Any, args: tuple, device: Any) -> Any:
     stream = tp.cuda.current_stream(device).cuda_stream
     with tvm_ffi.use_raw_stream(tvm_ffi.device("cuda", index), stream):
         return fn(*args)
-
-
-def _to_tensorplay(out: Any) -> Any:
-    tvm_ffi = _engine.engine()
-    if isinstance(out, tvm_ffi.Tensor):
-        return tp.from_dlpack(out)
-    return out
 
 
 class Module:
