@@ -8,12 +8,14 @@ possible. The cpp_jit build cache is a fresh folder per session (hermetic).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
 import pytest
 
 from tensorplay.kernels import tilelang_unavailable_reason, triton_unavailable_reason
+from tensorplay.kernels._capability import import_triton
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,3 +48,9 @@ def cuda_tilelang() -> None:
     why = tilelang_unavailable_reason()
     if why is not None:
         pytest.skip(f"CUDA not available: {why}")
+
+
+# Choose Triton's mode (the CPU interpreter when there is no GPU) before any test module
+# imports triton itself: the interpreter cannot be switched on after that import.
+if importlib.util.find_spec("triton") is not None:
+    import_triton()

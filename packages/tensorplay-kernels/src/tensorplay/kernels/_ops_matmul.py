@@ -51,7 +51,10 @@ def matmul(a: tp.Tensor, b: tp.Tensor, allow_tf32: bool = False) -> tp.Tensor:
         return out.zero_()
     upcast = a.dtype is tp.bfloat16 and interpreting()
     precision = "tf32" if allow_tf32 and a.dtype is tp.float32 else "ieee"
-    k.matmul[_grid(m, n)](
+    launcher = (
+        k.matmul if a.dtype in (tp.float16, tp.bfloat16) or precision == "tf32" else k.matmul_fma
+    )
+    launcher[_grid(m, n)](
         a,
         b,
         out,

@@ -57,6 +57,8 @@ def _make_reduction(kind: str) -> library.CustomOpDef:
         k = ensure_triton(qualname, x.device.type)
         x, rows, n = _rows(x)
         out = tp.empty(tuple(x.shape[:-1]), dtype=x.dtype, device=x.device)
+        if n == 0:  # the empty sum is 0 and the empty mean NaN (as torch)
+            return out.fill_(0.0 if kind == "sum" else float("nan"))
         if rows:
             block = min(next_power_of_2(max(n, 1)), _CHUNK)
             k.row_reduce[(rows,)](x, out, n, OP=kind, ACC=acc_type(x.dtype), BLOCK=block)

@@ -434,7 +434,7 @@ def _matmul(
         if UPCAST:  # the CPU interpreter has no bfloat16 dot: multiply in float32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=ACC)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     c_ptrs = c_ptr + rm.to(tl.int64)[:, None] * stride_cm + rn[None, :] * stride_cn
@@ -450,6 +450,10 @@ _MM_CONFIGS = [
     {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
     {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 2, "num_stages": 4},
 ]
+_FMA_CONFIGS = [
+    {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
+]
 
 activation = triton.jit(_activation)  # called from the kernels above (a Triton device call)
 unary = wrap_triton(kernel(_unary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
@@ -461,11 +465,10 @@ softmax_backward = wrap_triton(kernel(_softmax_backward))
 layer_norm = wrap_triton(kernel(_layer_norm))
 layer_norm_backward_dx = wrap_triton(kernel(_layer_norm_backward_dx))
 layer_norm_backward_dwdb = wrap_triton(kernel(_layer_norm_backward_dwdb))
-matmul = wrap_triton(
-    kernel(
-        _matmul,
-        configs=_MM_CONFIGS,
-        key=["M", "N", "K"],
-        cpu_meta={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4},
-    )
+_MM_CPU = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 4}
+matmul = wrap_triton(kernel(_matmul, configs=_MM_CONFIGS, key=["M", "N", "K"], cpu_meta=_MM_CPU))
+# IEEE float32 and float64 run on CUDA cores (no tensor cores): small tiles, which also
+# keep the autotuner's compile time in seconds instead of minutes
+matmul_fma = wrap_triton(
+    kernel(_matmul, configs=_FMA_CONFIGS, key=["M", "N", "K"], cpu_meta=_MM_CPU)
 )
