@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import tensorplay as tp
 from tensorplay.kernels import tilelang_unavailable_reason, triton_unavailable_reason
 from tensorplay.kernels._capability import import_triton
 
@@ -38,16 +39,20 @@ def cpu_triton() -> None:
 
 @pytest.fixture
 def cuda_triton() -> None:
+    if not tp.cuda.is_available():
+        pytest.skip(f"CUDA not available: {tp.cuda.unavailable_reason()}")
     why = triton_unavailable_reason("cuda")
     if why is not None:
-        pytest.skip(f"CUDA not available: {why}")
+        pytest.skip(f"Triton cannot run CUDA kernels here: {why}")
 
 
 @pytest.fixture
 def cuda_tilelang() -> None:
+    if not tp.cuda.is_available():
+        pytest.skip(f"CUDA not available: {tp.cuda.unavailable_reason()}")
     why = tilelang_unavailable_reason()
     if why is not None:
-        pytest.skip(f"CUDA not available: {why}")
+        pytest.skip(f"TileLang not available: {why}")
 
 
 # Choose Triton's mode (the CPU interpreter when there is no GPU) before any test module
