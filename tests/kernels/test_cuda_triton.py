@@ -81,3 +81,15 @@ def test_launches_follow_tensorplay_current_stream_and_allocator():
     np.testing.assert_allclose(to_numpy(y), np.exp(xn), rtol=1e-5)
     buf = _allocate(4096, 128, None)
     assert buf.device.type == "cuda" and buf.data_ptr() % 128 == 0
+
+
+def test_autotuner_times_with_cupy_events_not_torch():
+    from triton.runtime import driver
+
+    from tensorplay.kernels._launch import _cupy_do_bench
+
+    x, _ = rand(4096, device="cuda")
+    tp.ops.tpk.exp(x)  # installs the TensorPlay driver
+    assert driver.active.get_benchmarker() is _cupy_do_bench
+    low, mid, high = _cupy_do_bench(lambda: tp.ops.tpk.exp(x), quantiles=(0.2, 0.5, 0.8))
+    assert 0 < low <= mid <= high
