@@ -19,6 +19,7 @@ where they are faster; ``disable()`` restores the CuPy kernels.
 from __future__ import annotations
 
 from tensorplay.kernels._capability import (
+    import_triton,
     interpreting,
     tilelang_unavailable_reason,
     triton_unavailable_reason,
@@ -47,6 +48,7 @@ __all__ = [
     "kernel",
     "TritonKernel",
     "Pointer",
+    "import_triton",
     "interpreting",
     "triton_unavailable_reason",
     "tilelang_unavailable_reason",
