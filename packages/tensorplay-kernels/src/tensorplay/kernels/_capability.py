@@ -21,10 +21,6 @@ __all__ = [
 ]
 
 
-def _env_interpret() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
-
-
 def import_triton():
     """Import Triton, choosing its mode first.
 
@@ -32,9 +28,10 @@ def import_triton():
     be chosen before ``triton`` is imported (``triton.language``'s own ``@jit`` helpers,
     such as ``tl.sum``, are built at import time). So when nothing imported Triton yet and
     there is no GPU, this sets ``TRITON_INTERPRET=1`` first; otherwise the mode stays what
-    the process chose.
+    the process chose (an explicit ``TRITON_INTERPRET=0`` keeps Triton compiling, e.g. to
+    build GPU binaries ahead of time on a machine without a GPU).
     """
-    if "triton" not in sys.modules and not _env_interpret():
+    if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ:
         if _device.cuda_unavailable_reason() is not None:
             os.environ["TRITON_INTERPRET"] = "1"
     import triton  # noqa: PLC0415 - optional dependency, imported on first use

@@ -34,19 +34,22 @@ def triton_src() -> ModuleType:
     return _load_src()
 
 
+_ready: set[str] = set()  # device types Triton was found able to run on (it stays able)
+
+
 def ensure_triton(op: str, device_type: str) -> ModuleType:
     """The kernel module, or a clear error when Triton cannot run on this device here."""
-    why = triton_unavailable_reason(device_type)
-    if why is not None:
-        raise RuntimeError(f"{op}: cannot run the Triton kernel on {device_type}: {why}")
+    if device_type not in _ready:
+        why = triton_unavailable_reason(device_type)
+        if why is not None:
+            raise RuntimeError(f"{op}: cannot run the Triton kernel on {device_type}: {why}")
+        _ready.add(device_type)
     return _load_src()
 
 
 def acc_type(dtype: tp.dtype) -> Any:
     """The Triton accumulation type for ``dtype``: float64 stays, the rest use float32."""
-    import triton.language as tl  # noqa: PLC0415
-
-    return tl.float64 if dtype is tp.float64 else tl.float32
+    return _load_src().ACC_TYPES[dtype]
 
 
 def check_tensor(op: str, name: str, x: Any, dtypes: tuple = FLOATS, min_dim: int = 0) -> None:

@@ -258,14 +258,15 @@ _runtime_lock = threading.Lock()
 _driver_installed = False
 
 
+_allocation: Any = None  # triton.runtime._allocation, once the driver is installed
+
+
 def _ensure_cuda_runtime() -> None:
     if not _driver_installed:
         _install_driver()
-    from triton.runtime import _allocation  # noqa: PLC0415
-
     # the allocator is a ContextVar: every thread (context) needs it set once
     if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        import_triton().set_allocator(_allocate)
+        _allocation._allocator.set(_allocate)
 
 
 def _allocate(size: int, alignment: int, stream: int | None) -> tp.Tensor:
@@ -275,13 +276,14 @@ def _allocate(size: int, alignment: int, stream: int | None) -> tp.Tensor:
 
 
 def _install_driver() -> None:
-    global _driver_installed
+    global _driver_installed, _allocation
     with _runtime_lock:
         if _driver_installed:
             return
-        from triton.runtime import driver  # noqa: PLC0415
+        from triton.runtime import _allocation as allocation, driver  # noqa: PLC0415
 
         driver.set_active(_tensorplay_cuda_driver())
+        _allocation = allocation
         _driver_installed = True
 
 

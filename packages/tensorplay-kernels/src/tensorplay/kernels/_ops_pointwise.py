@@ -108,7 +108,7 @@ def _padded(t: tp.Tensor, shape: tuple[int, ...]) -> list[int]:
 def _as_tensor(qualname: str, name: str, value: object, like: tp.Tensor) -> tp.Tensor:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return tp.full((), float(value), dtype=like.dtype, device=like.device)
-    check_tensor(qualname, name, value)
+    check_tensor(qualname, name, value)  # a Tensor subclass passes, anything else raises
     return value  # type: ignore[return-value]
 
 
@@ -141,28 +141,30 @@ def _make_binary(name: str) -> library.CustomOpDef:
 
     def body(a: tp.Tensor, b: tp.Tensor) -> tp.Tensor:
         check_tensor(qualname, "a", a)
-        b = _as_tensor(qualname, "b", b, a)
+        if type(b) is not tp.Tensor:
+            b = _as_tensor(qualname, "b", b, a)
+        check_tensor(qualname, "b", b)
         check_same(qualname, ("a", "b"), a, b)
         k = ensure_triton(qualname, a.device.type)
+        acc = k.ACC_TYPES[a.dtype]
+        if a.shape == b.shape and a.is_contiguous() and b.is_contiguous():
+            out = tp.empty(a.shape, dtype=a.dtype, device=a.device)
+            n = out.numel()
+            if n:
+                k.binary_contig[_grid(n)](a, b, out, n, OP=name, ACC=acc)
+            return out
         shape = tuple(tp.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
         out = tp.empty(shape, dtype=a.dtype, device=a.device)
         n = out.numel()
         if n == 0:
             return out
-        contig = (
-            tuple(a.shape) == tuple(b.shape) == shape and a.is_contiguous() and b.is_contiguous()
-        )
-        if not contig and len(shape) > 4:  # the strided kernel walks at most 4 dimensions
+        if len(shape) > 4:  # the strided kernel walks at most 4 dimensions
             a, b = a.expand(*shape).contiguous(), b.expand(*shape).contiguous()
-            contig = True
-        if contig:
-            s4, sa, sb = [1, 1, 1, 1], [0] * 4, [0] * 4
-        else:
-            s4 = [1] * (4 - len(shape)) + list(shape)
-            sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
-        k.binary[_grid(n)](
-            a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=contig, ACC=acc_type(a.dtype)
-        )
+            k.binary_contig[_grid(n)](a, b, out, n, OP=name, ACC=acc)
+            return out
+        s4 = [1] * (4 - len(shape)) + list(shape)
+        sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
+        k.binary[_grid(n)](a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc)
         return out
 
     body.__name__ = name

@@ -95,22 +95,25 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             n *= s
         if n == 0 or len(shape) > 4:
             return NotImplemented
-        contig = a.shape == b.shape == shape and a.flags.c_contiguous and b.flags.c_contiguous
-        shape4 = (1,) * (4 - len(shape)) + shape
-        sa = [0] * 4 if contig else _elem_strides(a, shape4)
-        sb = [0] * 4 if contig else _elem_strides(b, shape4)
         out = xp.empty(shape, dtype=a.dtype)
-        triton_src().binary[_grid(n)](
+        k = triton_src()
+        if a.shape == b.shape == shape and a.flags.c_contiguous and b.flags.c_contiguous:
+            k.binary_contig[_grid(n)](
+                _ptr(a, dt), _ptr(b, dt), _ptr(out, dt), n, OP=op, ACC=k.ACC_TYPES[dt]
+            )
+            return out
+        shape4 = (1,) * (4 - len(shape)) + shape
+        k.binary[_grid(n)](
             _ptr(a, dt),
             _ptr(b, dt),
             _ptr(out, dt),
             n,
             *shape4[1:],
-            *sa,
-            *sb,
+            *_elem_strides(a, shape4),
+            *_elem_strides(b, shape4),
             OP=op,
-            CONTIG=contig,
-            ACC=acc_type(dt),
+            CONTIG=False,
+            ACC=k.ACC_TYPES[dt],
         )
         return out
 

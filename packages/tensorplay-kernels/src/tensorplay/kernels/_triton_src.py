@@ -19,8 +19,17 @@ import_triton()  # picks the interpreter on a machine without CUDA, before tl is
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+import tensorplay as tp  # noqa: E402
 from tensorplay.kernels._launch import kernel  # noqa: E402
 from tensorplay.library import wrap_triton  # noqa: E402
+
+# the accumulation type per tensor dtype: float64 stays, half types and float32 use float32
+ACC_TYPES = {
+    tp.float16: tl.float32,
+    tp.bfloat16: tl.float32,
+    tp.float32: tl.float32,
+    tp.float64: tl.float64,
+}
 
 # Elementwise kernels move bytes: one block of 1024 (or 4096 on the GPU) elements per
 # program, 4 warps; the interpreter runs programs one by one, so it gets bigger blocks.
@@ -77,11 +86,40 @@ def _activation(x, ACT: tl.constexpr):
     return y
 
 
+def _binary_op(a, b, OP: tl.constexpr):
+    if OP == "add":
+        y = a + b
+    elif OP == "sub":
+        y = a - b
+    elif OP == "mul":
+        y = a * b
+    elif OP == "div":
+        y = a / b
+    elif OP == "maximum":
+        y = tl.where((a > b) | (a != a), a, b)  # NaN propagates, like numpy
+    else:  # "minimum"
+        y = tl.where((a < b) | (a != a), a, b)
+    return y
+
+
 def _unary(x_ptr, out_ptr, n, ACT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask).to(ACC)
     y = activation(x, ACT)
+    tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _binary_contig(
+    a_ptr, b_ptr, out_ptr, n, OP: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr
+):
+    # same-shape contiguous operands: the common case gets a kernel with few arguments,
+    # which keeps the launch cheap
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    a = tl.load(a_ptr + offs, mask=mask).to(ACC)
+    b = tl.load(b_ptr + offs, mask=mask, other=1).to(ACC)
+    y = _combine(a, b, OP)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -124,18 +162,7 @@ def _binary(
         b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
     a = tl.load(a_ptr + a_off, mask=mask).to(ACC)
     b = tl.load(b_ptr + b_off, mask=mask, other=1).to(ACC)  # 1: no 0/0 in masked lanes
-    if OP == "add":
-        y = a + b
-    elif OP == "sub":
-        y = a - b
-    elif OP == "mul":
-        y = a * b
-    elif OP == "div":
-        y = a / b
-    elif OP == "maximum":
-        y = tl.where((a > b) | (a != a), a, b)  # NaN propagates, like numpy
-    else:  # "minimum"
-        y = tl.where((a < b) | (a != a), a, b)
+    y = _combine(a, b, OP)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -455,9 +482,14 @@ _FMA_CONFIGS = [
     {"BLOCK_M": 32, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "num_warps": 4, "num_stages": 3},
 ]
 
-activation = triton.jit(_activation)  # called from the kernels above (a Triton device call)
+# device functions the kernels above call
+activation = triton.jit(_activation)
+_combine = triton.jit(_binary_op)
 unary = wrap_triton(kernel(_unary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
 binary = wrap_triton(kernel(_binary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
+binary_contig = wrap_triton(
+    kernel(_binary_contig, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU)
+)
 bias_act = wrap_triton(kernel(_bias_act, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
 row_reduce = wrap_triton(kernel(_row_reduce))
 softmax = wrap_triton(kernel(_softmax))
