@@ -309,22 +309,18 @@ def _launch():
     src = _common.triton_src()
     a, b = randn(1024), randn(1024)
     out = tp.empty(1024, device="cuda")
-    raw = src.binary.kernel.jit_function  # the autotuned triton kernel itself
-    tl = __import__("triton.language", fromlist=["float32"])
+    # the autotuned Triton kernel tp.ops.tpk.add launches for same-shape operands
+    raw = src.binary_contig.kernel.jit_function
+    acc = src.ACC_TYPES[tp.float32]
 
     def grid(meta):
         return ((1024 + meta["BLOCK"] - 1) // meta["BLOCK"],)
 
     def raw_launch():
-        raw[grid](
-            a, b, out, 1024, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, OP="add", CONTIG=True, ACC=tl.float32
-        )
+        raw[grid](a, b, out, 1024, OP="add", ACC=acc)
 
     def raw_launch_with_alloc():
-        o = tp.empty(1024, device="cuda")
-        raw[grid](
-            a, b, o, 1024, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, OP="add", CONTIG=True, ACC=tl.float32
-        )
+        raw[grid](a, b, tp.empty(1024, device="cuda"), 1024, OP="add", ACC=acc)
 
     def op_call():
         tp.ops.tpk.add(a, b)
