@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+import tensorplay as tp
 from tensorplay import _capture, capture
 
 
@@ -95,3 +96,19 @@ def test_error_type_and_exports():
     assert issubclass(capture.GraphCaptureError, RuntimeError)
     assert capture.Proxy is _capture.Proxy
     assert set(capture.__all__) == set(_capture.__all__)
+
+
+def test_an_active_tracer_turns_the_fast_path_gate_off():
+    from tensorplay import _dispatch
+    from tensorplay._capture import tracing
+
+    class T:
+        def record_call(self, target, args, kwargs):
+            return None
+
+    assert _dispatch.state.plain
+    with tracing(T()):
+        assert not _dispatch.state.plain
+        assert (tp.ones(2) + tp.ones(2)).tolist() == [2.0, 2.0]  # real tensors still compute
+    assert _dispatch.state.plain
+    assert tp.GraphCaptureError is _capture.GraphCaptureError

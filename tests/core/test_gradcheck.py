@@ -426,3 +426,17 @@ def test_matches_torch_verdicts():
     tb = torch.tensor(bn, requires_grad=True)
     assert gradcheck(f(tp), (a, b)) == torch.autograd.gradcheck(f(torch), (ta, tb))
     assert gradgradcheck(f(tp), (a, b)) == torch.autograd.gradgradcheck(f(torch), (ta, tb))
+
+
+def test_importing_the_submodule_keeps_the_function():
+    # `import tensorplay.autograd.gradcheck` first (fresh process) must not rebind the name
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorplay.autograd.gradcheck, tensorplay as tp;"
+        "print(callable(tp.autograd.gradcheck), type(tp.autograd.gradcheck).__name__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "function"]

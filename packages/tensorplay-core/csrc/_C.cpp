@@ -12,6 +12,9 @@
 //                   ufunc call, two object allocations. Anything else -> the Python function.
 //   set_plain       mirrors _dispatch.state.plain (the fast-path gate) into C.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
+//   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
+//                   converts CPU tensors in C, without a capsule or a Python call (twin:
+//                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
 //
 // Tensor and Storage stay Python classes with __slots__: init() learns the byte offsets
 // of their slots once, so the fast path reads and writes them like CPython itself does.
@@ -24,6 +27,10 @@
 #include <structmember.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
+
+#include "dlpack_abi.h"
 
 namespace py = pybind11;
 
@@ -475,6 +482,167 @@ bool any_requires_grad(py::handle items) {
     return r == 1;
 }
 
+// ---- the DLPack C exchange table ------------------------------------------------------
+//
+// tvm-ffi reads `Tensor.__dlpack_c_exchange_api__` (a capsule holding this table) and then
+// converts TensorPlay tensors with these C functions. CPU tensors with a numpy dtype are
+// described straight from the numpy array in the tensor's `_data` slot; CUDA tensors and
+// ml_dtypes dtypes (bfloat16) go through the tensor's own __dlpack__ (correct, slower).
+// DLPack has a read-only flag that kernels ignore, so read-only and misaligned tensors are
+// refused here with a BufferError naming the fix.
+
+struct Exchange {
+    PyObject *from_capsule = nullptr;    // tensorplay._native._from_capsule
+    PyObject *stream_ptr = nullptr;      // tensorplay._native._stream_ptr(device_id) -> int
+    PyObject *dunder_kwargs = nullptr;   // {"max_version": (1, 3)}
+    tpdl::ExchangeAPI api{};
+    PyObject *capsule = nullptr;
+};
+Exchange X;
+
+struct Block {  // one allocation: the managed tensor, then shape and strides
+    tpdl::ManagedTensorVersioned managed;
+    int64_t dims[1];
+};
+
+void delete_block(tpdl::ManagedTensorVersioned *self) {
+    // a consumer may release the tensor on a thread that does not hold the GIL
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_XDECREF(static_cast<PyObject *>(self->manager_ctx));
+    PyGILState_Release(gil);
+    std::free(self);
+}
+
+bool dl_type_of(PyArray_Descr *d, tpdl::DataType *out) {
+    out->lanes = 1;
+    out->bits = static_cast<uint8_t>(PyDataType_ELSIZE(d) * 8);
+    switch (d->type_num) {
+        case NPY_BOOL: out->code = tpdl::kBool; return true;
+        case NPY_BYTE: case NPY_SHORT: case NPY_INT: case NPY_LONG: case NPY_LONGLONG:
+            out->code = tpdl::kInt; return true;
+        case NPY_UBYTE: case NPY_USHORT: case NPY_UINT: case NPY_ULONG: case NPY_ULONGLONG:
+            out->code = tpdl::kUInt; return true;
+        case NPY_HALF: case NPY_FLOAT: case NPY_DOUBLE: out->code = tpdl::kFloat; return true;
+        case NPY_CFLOAT: case NPY_CDOUBLE: out->code = tpdl::kComplex; return true;
+        default: return false;  // ml_dtypes (bfloat16, float8): the __dlpack__ path
+    }
+}
+
+int via_dunder_dlpack(PyObject *obj, tpdl::ManagedTensorVersioned **out) {
+    PyObject *method = PyObject_GetAttrString(obj, "__dlpack__");
+    PyObject *empty = method ? PyTuple_New(0) : nullptr;
+    PyObject *cap = empty ? PyObject_Call(method, empty, X.dunder_kwargs) : nullptr;
+    Py_XDECREF(method);
+    Py_XDECREF(empty);
+    if (!cap) return -1;
+    void *ptr = PyCapsule_GetPointer(cap, "dltensor_versioned");
+    if (ptr) PyCapsule_SetName(cap, "used_dltensor_versioned");  // ours to delete now
+    Py_DECREF(cap);
+    if (!ptr) return -1;
+    *out = static_cast<tpdl::ManagedTensorVersioned *>(ptr);
+    return 0;
+}
+
+int from_py_object(void *py_obj, tpdl::ManagedTensorVersioned **out) {
+    auto *obj = static_cast<PyObject *>(py_obj);
+    PyObject *data = PyObject_TypeCheck(obj, L.tensor) ? slot(obj, L.t_data) : nullptr;
+    if (!data || data == Py_None) {
+        PyErr_SetString(PyExc_BufferError,
+                        data ? "a meta tensor holds no data: pass a cpu or cuda tensor"
+                             : "expected a tensorplay.Tensor");
+        return -1;
+    }
+    if (!PyArray_Check(data)) return via_dunder_dlpack(obj, out);  // CUDA (CuPy)
+    auto *arr = reinterpret_cast<PyArrayObject *>(data);
+    tpdl::DataType dtype;
+    if (!dl_type_of(PyArray_DESCR(arr), &dtype)) return via_dunder_dlpack(obj, out);
+    if (!PyArray_ISWRITEABLE(arr)) {
+        PyErr_SetString(PyExc_BufferError,
+                        "a read-only tensor cannot be passed to a kernel (a kernel can write "
+                        "through any tensor it gets); pass a writable copy: x.clone()");
+        return -1;
+    }
+    if (!PyArray_ISALIGNED(arr)) {
+        PyErr_SetString(PyExc_BufferError,
+                        "the tensor's data address is not a multiple of its element size; "
+                        "pass an aligned copy: x.clone()");
+        return -1;
+    }
+    const int nd = PyArray_NDIM(arr);
+    const size_t bytes = sizeof(Block) + sizeof(int64_t) * (2 * size_t(nd > 0 ? nd : 1) - 1);
+    auto *block = static_cast<Block *>(std::malloc(bytes));
+    if (!block) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    std::memset(&block->managed, 0, sizeof(block->managed));
+    const npy_intp *shape = PyArray_DIMS(arr), *strides = PyArray_STRIDES(arr);
+    const npy_intp itemsize = PyArray_ITEMSIZE(arr);
+    for (int i = 0; i < nd; ++i) {
+        block->dims[i] = shape[i];
+        block->dims[nd + i] = strides[i] / itemsize;
+    }
+    tpdl::ManagedTensorVersioned &m = block->managed;
+    m.version = {tpdl::kMajor, tpdl::kMinor};
+    Py_INCREF(data);
+    m.manager_ctx = data;  // keeps the memory alive until the consumer deletes it
+    m.deleter = delete_block;
+    m.dl_tensor.data = PyArray_DATA(arr);
+    m.dl_tensor.device = {tpdl::kCPU, 0};
+    m.dl_tensor.ndim = nd;
+    m.dl_tensor.dtype = dtype;
+    m.dl_tensor.shape = block->dims;
+    m.dl_tensor.strides = block->dims + nd;
+    *out = &m;
+    return 0;
+}
+
+void unconsumed_capsule(PyObject *cap) {
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+        auto *m = static_cast<tpdl::ManagedTensorVersioned *>(
+            PyCapsule_GetPointer(cap, "dltensor_versioned"));
+        if (m->deleter) m->deleter(m);
+    }
+}
+
+int to_py_object(tpdl::ManagedTensorVersioned *tensor, void **out) {
+    PyObject *cap = PyCapsule_New(tensor, "dltensor_versioned", unconsumed_capsule);
+    if (!cap) return -1;
+    PyObject *result = PyObject_CallOneArg(X.from_capsule, cap);
+    Py_DECREF(cap);
+    if (!result) return -1;
+    *out = result;
+    return 0;
+}
+
+int current_work_stream(tpdl::DeviceType device_type, int32_t device_id, void **out) {
+    *out = nullptr;
+    if (device_type != tpdl::kCUDA) return 0;
+    PyObject *ptr = PyObject_CallFunction(X.stream_ptr, "i", device_id);
+    if (!ptr) return -1;
+    *out = PyLong_AsVoidPtr(ptr);
+    Py_DECREF(ptr);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+py::object exchange_api(py::object from_capsule, py::object stream_ptr) {
+    if (!L.ready) throw py::value_error("tensorplay._C.init() has not been called");
+    if (X.capsule) return py::reinterpret_borrow<py::object>(X.capsule);
+    X.from_capsule = from_capsule.release().ptr();
+    X.stream_ptr = stream_ptr.release().ptr();
+    X.dunder_kwargs = Py_BuildValue("{s:(ii)}", "max_version", 1, 3);
+    X.api.header.version = {tpdl::kMajor, tpdl::kMinor};
+    X.api.header.prev_api = nullptr;
+    X.api.managed_tensor_allocator = nullptr;  // kernels allocate through tvm-ffi's env allocator
+    X.api.managed_tensor_from_py_object_no_sync = from_py_object;
+    X.api.managed_tensor_to_py_object_no_sync = to_py_object;
+    X.api.dltensor_from_py_object_no_sync = nullptr;
+    X.api.current_work_stream = current_work_stream;
+    X.capsule = PyCapsule_New(&X.api, "dlpack_exchange_api", nullptr);  // lives forever
+    if (!X.capsule) throw py::error_already_set();
+    return py::reinterpret_borrow<py::object>(X.capsule);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -491,6 +659,8 @@ PYBIND11_MODULE(_C, m) {
     m.def("set_plain", [](bool v) { g_plain = v; }, py::arg("plain"),
           "Mirror tensorplay._dispatch.state.plain (the fast-path gate)");
     m.def("is_plain", [] { return g_plain; });
+    m.def("exchange_api", &exchange_api, py::arg("from_capsule"), py::arg("stream_ptr"),
+          "The DLPack C exchange table as a 'dlpack_exchange_api' capsule (made once)");
     m.def("any_requires_grad", &any_requires_grad, py::arg("tensors"),
           "Some Tensor in the sequence requires grad");
 }

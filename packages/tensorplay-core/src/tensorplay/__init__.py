@@ -13,6 +13,7 @@ __path__ = extend_path(__path__, __name__)
 # ruff: noqa: E402 - the imports follow the __path__ setup above
 from tensorplay import _dtype, _optable, autograd, cuda, overrides, profiler
 from tensorplay._bind import allclose, equal, max, min
+from tensorplay._capture import GraphCaptureError
 from tensorplay._device import device
 from tensorplay._dlpack import from_dlpack
 from tensorplay._dtype import (  # torch's aliases

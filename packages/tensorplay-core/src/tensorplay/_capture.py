@@ -19,6 +19,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from tensorplay._dispatch import state
+
 __all__ = [
     "GraphCaptureError",
     "Proxy",
@@ -62,15 +64,22 @@ def current_tracer() -> Any | None:
 
 
 def push_tracer(tracer: Any) -> None:
-    """Make ``tracer`` the innermost tracer of this thread (pair with ``pop_tracer``)."""
+    """Make ``tracer`` the innermost tracer of this thread (pair with ``pop_tracer``).
+
+    While a tracer is active the dispatcher's fast-path gate is off, so components that
+    check ``_dispatch.state.plain`` alone (library ops) know no capture is live when it is on.
+    """
     _stack.tracers.append(tracer)
+    state.block()
 
 
 def pop_tracer() -> Any:
     """Remove and return the innermost tracer of this thread."""
     if not _stack.tracers:
         raise GraphCaptureError("pop_tracer(): no tracer is active in this thread")
-    return _stack.tracers.pop()
+    tracer = _stack.tracers.pop()
+    state.unblock()
+    return tracer
 
 
 @contextlib.contextmanager

@@ -657,6 +657,44 @@ _UNARY_FAST = """
 """
 
 
+# In place on a plain CPU tensor that owns its memory (no view, no autograd): one ufunc call
+# writing into self (``leaf.grad.add_(g)`` in every backward, optimizer updates). A
+# read-only or non-broadcastable target makes numpy raise ValueError before writing; the
+# general path then raises the explained error.
+_INPLACE_FAST = """
+    if (type(self) is _T and _st.plain{defaults} and self.device is _cpu and self._base is None
+            and self._stride is None and not self.requires_grad
+            and _fast.get(self.dtype) is self.dtype):
+        o = {b}
+        if type(o) is _T:
+            ok = o.device is _cpu and o.dtype is self.dtype and not o.requires_grad
+            o = o._data if ok else None
+        elif not ((type(o) is float or type(o) is int) and self.dtype.is_floating_point):
+            o = None
+        if o is not None:
+            d = self._data
+            try:
+                _uf(d, o, out=d)
+            except ValueError:
+                pass
+            else:
+                self._storage._version += 1
+                return self
+"""
+
+# Full reductions (``loss.sum()``, ``x.mean()``, the last forward op before every
+# backward): the kernel on the input's array, no promotion, no device or scalar checks.
+_REDUCE_FAST_ROWS = frozenset({"sum", "mean"})
+_REDUCE_FAST = """
+    if (type(input) is _T and _st.plain and dim is None and not keepdim and dtype is None
+            and out is None and input.device is _cpu):
+        odt = _fast.get(input.dtype)
+        if odt is not None:
+            with _np.errstate(all="ignore"):  # torch is silent about inf/nan (empty mean)
+                r = _wrap_one(_kernel(_np, input._data), odt, _cpu)
+            return _fast_record(_row, (input,), r) if input.requires_grad else r
+"""
+
 # Views need no dtype, device or kernel work: without a layer and without grad to record,
 # the general path would only add its checks (~3 µs) around the same _call_view.
 _VIEW_FAST = """
@@ -710,7 +748,9 @@ def register(row: OpDef) -> OpDef:
     _, defaults, _ = _param_names(row.params)
     inputs, rest, _ = _split_params(row)
     row.defaults = {n: eval(defaults[n]) for n in rest if n in defaults}  # noqa: S307 - table literals
-    if row.ufunc and row.n_inputs in (1, 2) and row.ufunc not in _WARNS:
+    if (row.ufunc and row.n_inputs in (1, 2) and row.ufunc not in _WARNS) or (
+        row.name in _REDUCE_FAST_ROWS
+    ):
         row.fast = _fast_dtypes(row)
     # np.errstate costs ~1 µs a call: only kernels that are not plain quiet ufuncs get it
     row.may_warn = not (
@@ -744,6 +784,8 @@ def _generate(row: OpDef) -> Callable:
     body = ""
     if row.kind == "view" and row.n_inputs == 1:
         body = _VIEW_FAST.format(a=inputs[0], targs=targs, kw=kw)
+    elif row.name in _REDUCE_FAST_ROWS:
+        body = _REDUCE_FAST
     elif row.fast:
         extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
         tmpl = _BINARY_FAST if row.n_inputs == 2 else _UNARY_FAST
@@ -764,6 +806,9 @@ def _generate(row: OpDef) -> Callable:
         "_fast_scalar": _fast_scalar,
         "_fast_record": _fast_record,
         "_call_view": _call_view,
+        "_wrap_one": _wrap_one,
+        "_kernel": row.kernel,
+        "_np": np,
         "_uf": getattr(np, row.ufunc) if row.ufunc else None,
     }
     exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
@@ -778,7 +823,7 @@ def native_fast(row: OpDef, fn: Callable, public: Callable | None = None) -> Cal
     loaded: the native object runs the same fast path as ``fn``'s template (same checks,
     same kernel) and hands every other call to ``fn``. ``public`` is the function
     function modes see (default: the returned object itself)."""
-    if NATIVE is None or not row.fast:
+    if NATIVE is None or not row.fast or not row.ufunc:
         return fn
     table = {d: (odt, odt.np, d.is_floating_point) for d, odt in row.fast.items()}
     nin = 2 if row.n_inputs == 2 else 1
@@ -792,11 +837,24 @@ def native_fast(row: OpDef, fn: Callable, public: Callable | None = None) -> Cal
 
 def _generate_inplace(row: OpDef) -> Callable:
     inputs, rest, _ = _split_params(row)
+    _, defaults, _ = _param_names(row.params)
     sig = row.params.replace(inputs[0], "self", 1)
     targs = "(" + ", ".join(["self"] + inputs[1:]) + ("," if len(inputs) == 1 else "") + ")"
     kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"
-    src = f"def {row.name}_({sig}):\n    return _call(_row, {targs}, {kw}, None, self)\n"
-    env = {"_row": row, "_call": call}
+    body = ""
+    if row.fast and row.n_inputs == 2:
+        extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
+        body = _INPLACE_FAST.format(defaults=extra, b=inputs[1])
+    src = f"def {row.name}_({sig}):\n{body}    return _call(_row, {targs}, {kw}, None, self)\n"
+    env = {
+        "_row": row,
+        "_call": call,
+        "_T": Tensor,
+        "_st": state,
+        "_cpu": CPU,
+        "_fast": row.fast,
+        "_uf": getattr(np, row.ufunc) if row.ufunc else None,
+    }
     exec(compile(src, f"<tensorplay op {row.name}_>", "exec"), env)  # noqa: S102
     fn = env[row.name + "_"]
     fn.__qualname__ = "Tensor." + row.name + "_"

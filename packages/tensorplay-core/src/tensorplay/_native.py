@@ -12,6 +12,8 @@ native                        Python twin
                               (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
 ``set_plain``                 ``_dispatch.state.plain`` (the gate; C keeps a mirror)
 ``any_requires_grad``         ``any_requires_grad`` below
+``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
+                              is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================
 
 ``TENSORPLAY_PURE_PYTHON=1`` (read at import) runs the twins; so does an install that
@@ -62,3 +64,22 @@ def _any_requires_grad(items) -> bool:
 
 
 any_requires_grad = NATIVE.any_requires_grad if NATIVE is not None else _any_requires_grad
+
+
+def _from_capsule(capsule):
+    """Kernel results handed back through the exchange table become TensorPlay tensors."""
+    from tensorplay._dlpack import from_dlpack  # noqa: PLC0415 - imports this module
+
+    return from_dlpack(capsule)
+
+
+def _stream_ptr(device_id: int) -> int:
+    """The ``cudaStream_t`` kernels launched on TensorPlay CUDA tensors should use."""
+    from tensorplay import cuda  # noqa: PLC0415
+
+    return cuda.current_stream(device_id).cuda_stream
+
+
+if NATIVE is not None:
+    # tvm-ffi (cpp_jit) finds the table on the class and converts tensors in C.
+    Tensor.__dlpack_c_exchange_api__ = NATIVE.exchange_api(_from_capsule, _stream_ptr)

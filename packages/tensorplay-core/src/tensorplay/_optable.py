@@ -124,6 +124,8 @@ def _pointwise(*partials):
             _times(t, partial(d, ctx)) for d, t in zip(partials, tangents) if t is not None
         )
 
+    # autograd saves the op's result only when a formula reads it (asked once per row)
+    vjp.reads_out = lambda: any(_takes_out(d) for d in partials)
     return {"vjp": vjp, "jvp": jvp}
 
 
@@ -140,6 +142,7 @@ def _linear_pair(sign):
         k = sign * ctx.params["alpha"]
         return _total([ta, _times(tb, k) if tb is not None else None])
 
+    vjp.reads_out = lambda: False
     return {"vjp": vjp, "jvp": jvp}
 
 

@@ -7,6 +7,8 @@ node, and when x is a view its base's history goes through ``CopySlices``.
 
 from __future__ import annotations
 
+import functools
+
 from tensorplay._native import any_requires_grad
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
@@ -17,6 +19,7 @@ from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher call
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
 
 
+@functools.cache
 def _backward_name(op: str) -> str:
     return "".join(p.capitalize() for p in op.split("_")) + "Backward0"
 
@@ -71,9 +74,25 @@ class _Ctx:
     @property
     def out(self):
         outs = self._node._check_saved()[1]
+        if outs is None:
+            raise RuntimeError(
+                f"{self._node.name()}: the formula reads ctx.out but its row declared it "
+                "does not (vjp.reads_out); the result was not saved"
+            )
         name = self._node.name()
         vals = tuple(o.unpack(name) for o in outs)
         return vals if self._node.row.multi else vals[0]
+
+
+def _saves_out(row) -> bool:
+    """Does ``row``'s backward read the op's result? Formulas built from partial
+    derivatives say so (``vjp.reads_out()``); others, and multi-output rows (whose missing
+    gradients are filled with zeros shaped like the outputs), are assumed to."""
+    saves = row.__dict__.get("_saves_out")
+    if saves is None:
+        probe = getattr(row.vjp, "reads_out", None)
+        saves = row._saves_out = row.multi or probe is None or bool(probe())
+    return saves
 
 
 class OpNode(Node):
@@ -94,7 +113,7 @@ class OpNode(Node):
         save = _ViewGeometry if row.kind == "view" else SavedTensor
         self._saved = (
             [save(x) if isinstance(x, Tensor) else x for x in targs],
-            [save(o, self) for o in outputs],
+            [save(o, self) for o in outputs] if _saves_out(row) else None,
         )
         if self._seq:
             self._saved[0][0] = [SavedTensor(x) for x in targs[0]]

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from tensorplay._tensor import Tensor
+from tensorplay._tensor import Tensor, empty_tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.graph import AccumulateGrad, edge_of
 
@@ -87,38 +87,54 @@ def run(
                 targets.setdefault((node, nr), []).append(i)
     captured = [None] * (len(capture) if capture is not None else 0)
     order = topological_order([n for n, _ in roots])
-    with grad_mode.set_grad_enabled(create_graph):
-        for node in order:
-            grads = buffers.pop(node, None)
-            if grads is None or all(g is None for g in grads):
+    state = grad_mode.state
+    prev, state.enabled = state.enabled, create_graph  # set_grad_enabled, without its object
+    try:
+        _loop(order, buffers, retain_graph, capture, targets, captured)
+    finally:
+        state.enabled = prev
+    return captured if capture is not None else None
+
+
+def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
+    """Apply each node in ``order`` and route what it returns into ``buffers`` (see run)."""
+    for node in order:
+        grads = buffers.pop(node, None)
+        if grads is None:
+            continue
+        for g in grads:  # (not grads.count(None): that would call Tensor.__eq__)
+            if g is not None:
+                break
+        else:
+            continue  # no gradient reached this node
+        if type(node) is AccumulateGrad:
+            if capture is not None:
+                for i in targets.get((node, 0), ()):
+                    captured[i] = _add(captured[i], _leaf_hooks(node, grads[0]))
                 continue
-            if isinstance(node, AccumulateGrad):
-                if capture is not None:
-                    for i in targets.get((node, 0), ()):
-                        captured[i] = _add(captured[i], _leaf_hooks(node, grads[0]))
-                    continue
-                node.apply([_leaf_hooks(node, grads[0])])
-                continue
+            node.apply([_leaf_hooks(node, grads[0])])
+            continue
+        if node._tensor_hooks or node._retained:
             grads = [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
+        if capture is not None:
             for nr, g in enumerate(grads):
                 for i in targets.get((node, nr), ()):
                     captured[i] = _add(captured[i], g)
-            for hook in node._prehooks:
-                new = hook(tuple(grads))
-                if new is not None:
-                    grads = list(new)
-            grad_inputs = node.apply(grads)
-            for hook in node._hooks:
-                new = hook(tuple(grad_inputs), tuple(grads))
-                if new is not None:
-                    grad_inputs = tuple(new)
-            if not retain_graph:
-                node.release()
-            for (child, nr), g in zip(node.next_functions, grad_inputs):
-                if child is not None and g is not None:
-                    buf = buffers.setdefault(child, [None] * child.n_outputs)
-                    buf[nr] = _add(buf[nr], g)
-    return captured if capture is not None else None
+        for hook in node._prehooks:
+            new = hook(tuple(grads))
+            if new is not None:
+                grads = list(new)
+        grad_inputs = node.apply(grads)
+        for hook in node._hooks:
+            new = hook(tuple(grad_inputs), tuple(grads))
+            if new is not None:
+                grad_inputs = tuple(new)
+        if not retain_graph:
+            node.release()
+        for (child, nr), g in zip(node.next_functions, grad_inputs):
+            if child is not None and g is not None:
+                buf = buffers.setdefault(child, [None] * child.n_outputs)
+                buf[nr] = _add(buf[nr], g)
 
 
 def _as_list(x) -> list:
@@ -129,9 +145,15 @@ def _as_list(x) -> list:
     return list(x)
 
 
-def _root_grads(outputs, grad_outputs, op: str) -> list:
-    from tensorplay._factories import ones_like  # noqa: PLC0415
+def _ones(out: Tensor) -> Tensor:
+    """``ones_like(out)`` without the factory's argument handling (every backward() makes one)."""
+    g = empty_tensor(out._shape, out.dtype, out.device)
+    if g._data is not None:  # None on meta
+        g._data.fill(1)
+    return g
 
+
+def _root_grads(outputs, grad_outputs, op: str) -> list:
     grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grads) != len(outputs):
         raise RuntimeError(f"{op}: got {len(grads)} gradients for {len(outputs)} outputs")
@@ -147,7 +169,7 @@ def _root_grads(outputs, grad_outputs, op: str) -> list:
                     "grad can be implicitly created only for scalar outputs; "
                     f"output {i} has shape {list(out.shape)}: pass gradient="
                 )
-            g = ones_like(out)
+            g = _ones(out)
         elif not isinstance(g, Tensor):
             from tensorplay._factories import full_like  # noqa: PLC0415
 
