@@ -39,8 +39,11 @@ def _compile(tilelang: Any, prim_func: Any) -> Any:
         kernel = tilelang.compile(
             prim_func, out_idx=None, target="cuda", execution_backend="tvm_ffi"
         )
-    except (TypeError, ValueError):  # a TileLang without the tvm-ffi backend: its default
-        kernel = tilelang.compile(prim_func, out_idx=None, target="cuda")
+    except Exception as first:  # noqa: BLE001 - a TileLang without the tvm-ffi backend
+        try:
+            kernel = tilelang.compile(prim_func, out_idx=None, target="cuda")
+        except Exception as second:
+            raise second from first  # both errors shown: the kernel itself is at fault
     return library.wrap_tilelang(kernel)
 
 
