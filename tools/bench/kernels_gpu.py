@@ -309,18 +309,17 @@ def _launch():
     src = _common.triton_src()
     a, b = randn(1024), randn(1024)
     out = tp.empty(1024, device="cuda")
-    # the autotuned Triton kernel tp.ops.tpk.add launches for same-shape operands
+    # the Triton kernel tp.ops.tpk.add launches for same-shape operands
     raw = src.binary_contig.kernel.jit_function
     acc = src.ACC_TYPES[tp.float32]
 
-    def grid(meta):
-        return ((1024 + meta["BLOCK"] - 1) // meta["BLOCK"],)
+    grid, meta = src.elementwise_launch(1024)
 
     def raw_launch():
-        raw[grid](a, b, out, 1024, OP="add", ACC=acc)
+        raw[grid](a, b, out, 1024, OP="add", ACC=acc, **meta)
 
     def raw_launch_with_alloc():
-        raw[grid](a, b, tp.empty(1024, device="cuda"), 1024, OP="add", ACC=acc)
+        raw[grid](a, b, tp.empty(1024, device="cuda"), 1024, OP="add", ACC=acc, **meta)
 
     def op_call():
         tp.ops.tpk.add(a, b)

@@ -55,10 +55,6 @@ ACTIVATIONS = ("none", "relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 
 
-def _grid(n: int):
-    return lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)
-
-
 # ---- unary --------------------------------------------------------------------------------
 
 
@@ -72,7 +68,8 @@ def _make_unary(name: str) -> library.CustomOpDef:
         out = tp.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
         n = x.numel()
         if n:
-            k.unary[_grid(n)](x, out, n, ACT=name, ACC=acc_type(x.dtype))
+            grid, meta = k.elementwise_launch(n)
+            k.unary[grid](x, out, n, ACT=name, ACC=acc_type(x.dtype), **meta)
         return out
 
     body.__name__ = name
@@ -151,20 +148,22 @@ def _make_binary(name: str) -> library.CustomOpDef:
             out = tp.empty(a.shape, dtype=a.dtype, device=a.device)
             n = out.numel()
             if n:
-                k.binary_contig[_grid(n)](a, b, out, n, OP=name, ACC=acc)
+                grid, meta = k.elementwise_launch(n)
+                k.binary_contig[grid](a, b, out, n, OP=name, ACC=acc, **meta)
             return out
         shape = tuple(tp.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
         out = tp.empty(shape, dtype=a.dtype, device=a.device)
         n = out.numel()
         if n == 0:
             return out
+        grid, meta = k.elementwise_launch(n)
         if len(shape) > 4:  # the strided kernel walks at most 4 dimensions
             a, b = a.expand(*shape).contiguous(), b.expand(*shape).contiguous()
-            k.binary_contig[_grid(n)](a, b, out, n, OP=name, ACC=acc)
+            k.binary_contig[grid](a, b, out, n, OP=name, ACC=acc, **meta)
             return out
         s4 = [1] * (4 - len(shape)) + list(shape)
         sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
-        k.binary[_grid(n)](a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc)
+        k.binary[grid](a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc, **meta)
         return out
 
     body.__name__ = name
@@ -224,7 +223,10 @@ def bias_act(x: tp.Tensor, bias: tp.Tensor, activation: str = "gelu") -> tp.Tens
     out = tp.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
     n = x.numel()
     if n:
-        k.bias_act[_grid(n)](x, bias, out, n, x.shape[-1], ACT=activation, ACC=acc_type(x.dtype))
+        grid, meta = k.elementwise_launch(n)
+        k.bias_act[grid](
+            x, bias, out, n, x.shape[-1], ACT=activation, ACC=acc_type(x.dtype), **meta
+        )
     return out
 
 

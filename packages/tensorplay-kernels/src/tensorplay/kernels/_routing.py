@@ -53,18 +53,15 @@ def _float_dtype(*arrays: Any) -> tp.dtype | None:
     return dt
 
 
-def _grid(n: int):
-    return lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)
-
-
 def _unary_route(act: str) -> Callable[..., Any]:
     def run(xp, a, **params):
         dt = _float_dtype(a)
         if dt is None or params or a.size == 0 or not a.flags.c_contiguous:
             return NotImplemented
         out = xp.empty(a.shape, dtype=a.dtype)
-        n = a.size
-        triton_src().unary[_grid(n)](_ptr(a, dt), _ptr(out, dt), n, ACT=act, ACC=acc_type(dt))
+        k = triton_src()
+        grid, meta = k.elementwise_launch(a.size)
+        k.unary[grid](_ptr(a, dt), _ptr(out, dt), a.size, ACT=act, ACC=k.ACC_TYPES[dt], **meta)
         return out
 
     return run
@@ -97,13 +94,14 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             return NotImplemented
         out = xp.empty(shape, dtype=a.dtype)
         k = triton_src()
+        grid, meta = k.elementwise_launch(n)
         if a.shape == b.shape == shape and a.flags.c_contiguous and b.flags.c_contiguous:
-            k.binary_contig[_grid(n)](
-                _ptr(a, dt), _ptr(b, dt), _ptr(out, dt), n, OP=op, ACC=k.ACC_TYPES[dt]
+            k.binary_contig[grid](
+                _ptr(a, dt), _ptr(b, dt), _ptr(out, dt), n, OP=op, ACC=k.ACC_TYPES[dt], **meta
             )
             return out
         shape4 = (1,) * (4 - len(shape)) + shape
-        k.binary[_grid(n)](
+        k.binary[grid](
             _ptr(a, dt),
             _ptr(b, dt),
             _ptr(out, dt),
@@ -114,6 +112,7 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             OP=op,
             CONTIG=False,
             ACC=k.ACC_TYPES[dt],
+            **meta,
         )
         return out
 

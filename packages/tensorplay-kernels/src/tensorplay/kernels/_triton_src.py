@@ -31,14 +31,17 @@ ACC_TYPES = {
     tp.float64: tl.float64,
 }
 
-# Elementwise kernels move bytes: one block of 1024 (or 4096 on the GPU) elements per
-# program, 4 warps; the interpreter runs programs one by one, so it gets bigger blocks.
-_EW_CONFIGS = [
-    {"BLOCK": 1024, "num_warps": 4, "num_stages": 1},
-    {"BLOCK": 2048, "num_warps": 8, "num_stages": 1},
-    {"BLOCK": 4096, "num_warps": 8, "num_stages": 1},
-]
-_EW_CPU = {"BLOCK": 1024}
+
+def elementwise_launch(n: int) -> tuple[tuple[int], dict]:
+    """Grid and meta-parameters for an elementwise kernel over ``n`` elements.
+
+    Chosen, not autotuned: an autotuner would benchmark every new size on its first call
+    (hundreds of ms each, for every shape a program meets). Large tensors get 4096
+    elements per program and 8 warps (16 per thread: enough loads in flight to stream at
+    bandwidth); small ones 1024 and 4 warps, so they still spread over the SMs.
+    """
+    block, warps = (4096, 8) if n >= 1 << 22 else (1024, 4)
+    return ((n + block - 1) // block,), {"BLOCK": block, "num_warps": warps}
 
 
 # ---- elementwise ------------------------------------------------------------------------
@@ -485,12 +488,10 @@ _FMA_CONFIGS = [
 # device functions the kernels above call
 activation = triton.jit(_activation)
 _combine = triton.jit(_binary_op)
-unary = wrap_triton(kernel(_unary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
-binary = wrap_triton(kernel(_binary, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
-binary_contig = wrap_triton(
-    kernel(_binary_contig, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU)
-)
-bias_act = wrap_triton(kernel(_bias_act, configs=_EW_CONFIGS, key=["n"], cpu_meta=_EW_CPU))
+unary = wrap_triton(kernel(_unary))
+binary = wrap_triton(kernel(_binary))
+binary_contig = wrap_triton(kernel(_binary_contig))
+bias_act = wrap_triton(kernel(_bias_act))
 row_reduce = wrap_triton(kernel(_row_reduce))
 softmax = wrap_triton(kernel(_softmax))
 softmax_backward = wrap_triton(kernel(_softmax_backward))
