@@ -87,7 +87,8 @@ def test_core_cuda_ops_agree_enabled_and_disabled(dtype):
     try:
         assert tpk.is_enabled() and get_device_kernel("add", "cuda") is tpk.ROUTED_OPS["add"]
         for name, f in CORE_OPS:
-            tol = {tp.float64: 1e-12, tp.float32: 1e-5, tp.float16: 2e-3}[dtype]
+            # float16: CuPy may accumulate sums in float16, the kernels in float32
+            tol = {tp.float64: 1e-12, tp.float32: 1e-5, tp.float16: 1e-2}[dtype]
             np.testing.assert_allclose(
                 to_numpy(f(a, b)), expected[name], rtol=tol, atol=tol, err_msg=name
             )
