@@ -18,8 +18,3 @@ def device(request):
     if request.param == "cuda" and not tp.cuda.is_available():
         pytest.skip(f"CUDA not available: {tp.cuda.unavailable_reason()}")
     return request.param
-
-
-def to_numpy(t: tp.Tensor):
-    """Host copy of a tensor's values as numpy (any device)."""
-    return t.detach().cpu().numpy()

@@ -6,9 +6,9 @@ import threading
 
 import numpy as np
 import pytest
+from tensor_helpers import to_numpy
 
 import tensorplay as tp
-from conftest import to_numpy
 from tensorplay import _dispatch
 
 

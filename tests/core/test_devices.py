@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tensor_helpers import to_numpy
 
 import tensorplay as tp
-from conftest import to_numpy
 
 
 def test_device_parsing():

@@ -331,3 +331,67 @@ def test_out_argument_is_checked():
     assert func is tp.add and args == (t, t) and kwargs == {"out": s}
     func, args, kwargs = tp.permute(s, 0)
     assert func is tp.permute and args == (s, 0)
+
+
+# ---- hand-written methods and factories ------------------------------------------------
+
+
+class _Names(TensorPlayFunctionMode):
+    def __init__(self):
+        self.funcs = []
+
+    def __tensorplay_function__(self, func, types, args=(), kwargs=None):
+        self.funcs.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+def test_hand_written_methods_and_factories_reach_function_modes():
+    x = tp.ones(2, 3)
+    cases = [
+        (lambda: x[0], tp.Tensor.__getitem__),
+        (lambda: x.__setitem__(0, 1.0), tp.Tensor.__setitem__),
+        (lambda: x.to(tp.float64), tp.Tensor.to),
+        (lambda: x.copy_(tp.zeros(2, 3)), tp.Tensor.copy_),
+        (lambda: x.detach(), tp.Tensor.detach),
+        (lambda: x.size(), tp.Tensor.size),
+        (lambda: x.tolist(), tp.Tensor.tolist),
+        (lambda: len(x), tp.Tensor.__len__),
+        (lambda: tp.zeros_like(x), tp.zeros_like),
+        (lambda: tp.full_like(x, 2.0), tp.full_like),
+    ]
+    for call, expected in cases:
+        with _Names() as mode:
+            call()
+        assert mode.funcs[:1] == [expected], (expected, mode.funcs)
+    assert tp.Tensor.to.__name__ == "to" and tp.Tensor.__getitem__.__qualname__ == (
+        "Tensor.__getitem__"
+    )
+
+
+def test_subclass_overrides_hand_written_methods():
+    class Tagged(tp.Tensor):
+        seen: list = []
+
+        @classmethod
+        def __tensorplay_function__(cls, func, types, args=(), kwargs=None):
+            cls.seen.append(func.__name__)
+            return super().__tensorplay_function__(func, types, args, kwargs)
+
+    t = Tagged([1.0, 2.0])
+    assert t.to(tp.float64).dtype is tp.float64
+    assert t[1].item() == 2.0  # t[1] is a plain Tensor (results are not converted)
+    assert tp.ones_like(t).tolist() == [1.0, 1.0]
+    assert Tagged.seen == ["to", "__getitem__", "ones_like"]
+
+
+def test_overridable_functions_list_hand_written_api():
+    table = get_overridable_functions()
+    assert tp.zeros_like in table[tp] and tp.Tensor.to in table[tp.Tensor]
+    assert tp.Tensor.__getitem__ in table[tp.Tensor]
+
+
+def test_plain_calls_of_hand_written_methods_skip_the_protocol():
+    x = tp.arange(6.0).reshape(2, 3)
+    assert x[1, 1:].tolist() == [4.0, 5.0]  # slices are plain arguments
+    assert x[..., 0].tolist() == [0.0, 3.0]
+    assert x.to("cpu") is x

@@ -153,3 +153,7 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(set(globals()) | set(_PUBLIC_OPS))
+
+
+# Last: every module has added its Tensor methods; make the hand-written ones overridable.
+overrides.install(globals())

@@ -448,7 +448,9 @@ def _device_kernel(row: OpDef, dev, arrays, params) -> Callable:
 
 
 # Argument types that never implement __tensorplay_function__ (the cheap pre-check).
-_SIMPLE = frozenset({Tensor, int, float, bool, complex, str, type(None), D.dtype})
+_SIMPLE = frozenset(
+    {Tensor, int, float, bool, complex, str, type(None), D.dtype, slice, type(...), _device.device}
+)
 
 
 def _unusual(targs: tuple, params: dict) -> bool:

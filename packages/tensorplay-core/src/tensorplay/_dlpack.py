@@ -238,7 +238,8 @@ def _sync_cuda_stream(t, stream) -> None:
             return
         event = cp.cuda.Event(disable_timing=True)
         event.record(ours)
-        cp.cuda.ExternalStream(stream).wait_event(event)
+        # the runtime call, not cp.cuda.ExternalStream (deprecated in CuPy 14)
+        cp.cuda.runtime.streamWaitEvent(stream, event.ptr, 0)
 
 
 def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=None):

@@ -298,17 +298,70 @@ def user_call(row, targs: tuple, params: dict, out, inplace) -> tuple:
 
 
 def overridable(fn: Callable) -> Callable:
-    """Make a composite public function (``tp.max``) honour the protocol itself."""
+    """Make a hand-written public function or method (``tp.max``, ``Tensor.to``,
+    ``Tensor.__getitem__``) honour the protocol itself (op-table functions do it in the
+    dispatcher). The plain call (no layer active, only Tensors, numbers, slices...) costs
+    one gate check and one scan of the arguments."""
+    if getattr(fn, "__tensorplay_overridable__", False):
+        return fn
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        if not state.plain or any(type(a) is not Tensor for a in args):
+        if not state.plain or _dispatch._unusual(args, kwargs):
             relevant = _flatten(list(args) + list(kwargs.values()))
             if has_tensorplay_function(relevant):
                 return handle_tensorplay_function(wrapper, relevant, *args, **kwargs)
         return fn(*args, **kwargs)
 
+    wrapper.__tensorplay_overridable__ = True
     return wrapper
+
+
+# Dunders of Tensor that are public API (operators come from the op table).
+_PUBLIC_DUNDERS = (
+    "__getitem__",
+    "__setitem__",
+    "__len__",
+    "__bool__",
+    "__float__",
+    "__int__",
+    "__index__",
+    "__complex__",
+    "__iter__",
+    "__contains__",
+)
+# tp.<name> functions written by hand (the op-table ones are generated and overridable).
+_PUBLIC_FUNCTIONS = (
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "empty_like",
+    "rand_like",
+    "randn_like",
+    "randint_like",
+    "numel",
+)
+_methods: list = []
+_functions: list = []
+
+
+def install(namespace: dict) -> None:
+    """Make Tensor's hand-written methods and the ``*_like`` factories overridable.
+
+    Called once at the end of ``import tensorplay`` (when every module has added its
+    methods); ``namespace`` is the package's globals, whose functions are replaced.
+    """
+    for name, value in list(vars(Tensor).items()):
+        public = not name.startswith("_") or name in _PUBLIC_DUNDERS
+        if public and inspect.isfunction(value):
+            wrapped = overridable(value)
+            wrapped.__name__, wrapped.__qualname__ = name, f"Tensor.{name}"  # as handlers see it
+            setattr(Tensor, name, wrapped)
+            _methods.append(wrapped)
+    for name in _PUBLIC_FUNCTIONS:
+        wrapped = overridable(namespace[name])
+        namespace[name] = wrapped
+        _functions.append(wrapped)
 
 
 # ---- modes -------------------------------------------------------------------------------------
@@ -356,7 +409,7 @@ def get_overridable_functions() -> dict:
     funcs, methods = [], []
     for name in sorted(tp._PUBLIC_OPS):
         funcs.append(getattr(tp, name))
-    funcs += [tp.max, tp.min, tp.allclose, tp.equal]
+    funcs += [tp.max, tp.min, tp.allclose, tp.equal, *_functions]
     seen = set()
     for row in OPS.values():
         names = ([row.name] if row.method else []) + ([row.name + "_"] if row.inplace else [])
@@ -364,8 +417,7 @@ def get_overridable_functions() -> dict:
             if name not in seen and hasattr(Tensor, name):
                 seen.add(name)
                 methods.append(getattr(Tensor, name))
-    for name in ("max", "min", "allclose", "equal"):
-        methods.append(getattr(Tensor, name))
+    methods += [m for m in _methods if m not in methods]
     return {tp: funcs, Tensor: methods}
 
 
