@@ -203,6 +203,7 @@ def _innermost_mode(func, types, args, kwargs):
 
 
 _block, _unblock = state.block, state.unblock
+_set_native_plain = _dispatch._set_native_plain
 
 
 def mode_call(func, fallback, args: tuple):
@@ -214,12 +215,19 @@ def mode_call(func, fallback, args: tuple):
     if not modes:
         return fallback(*args)
     mode = modes.pop()
-    _unblock()
+    st = state  # state.unblock()/block() inlined: this runs once per op under a mode
+    st._blockers -= 1
+    if not st._blockers:
+        st.plain = True
+        _set_native_plain(True)
     try:
         result = mode.__tensorplay_function__(func, (), args, {})
     finally:
         modes.append(mode)
-        _block()
+        st._blockers += 1
+        if st.plain:
+            st.plain = False
+            _set_native_plain(False)
     if result is not NotImplemented:
         return result
     raise NoImplementationError(
