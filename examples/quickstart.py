@@ -91,6 +91,12 @@ print("on meta tensors (fake kernel):", scaled(tp.empty(2, 3, device="meta")).sh
 failures = library.opcheck(scaled, (tp.randn(4),), test_utils="all")
 print("opcheck (schema, autograd, fake, capture, gradcheck) failures:", failures)
 
+# --- a C++ kernel as an operator: JIT-compiled over apache-tvm-ffi (examples/demo_cpp_jit.py)
+import demo_cpp_jit  # noqa: E402 - examples/ is on sys.path when this script runs
+
+print("\n--- C++ kernel through tensorplay.utils.cpp_jit ---")
+demo_cpp_jit.main()
+
 print(
     "\nCUDA available:",
     tp.cuda.is_available(),
