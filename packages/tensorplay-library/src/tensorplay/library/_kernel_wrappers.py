@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tensorplay import _dispatch
 from tensorplay._capture import GraphCaptureError, contains_proxy
 
 __all__ = ["TritonKernelWrapper", "TileLangKernelWrapper", "wrap_triton", "wrap_tilelang"]
@@ -43,7 +44,9 @@ class _TritonLaunch:
         self.kernel, self.grid = kernel, grid
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if contains_proxy((self.grid, *args), kwargs):
+        # proxies exist only while a capture is live, and a live capture turns the
+        # dispatcher's gate off: the common launch skips the argument scan
+        if not _dispatch.state.plain and contains_proxy((self.grid, *args), kwargs):
             name = getattr(self.kernel, "__name__", repr(self.kernel))
             raise GraphCaptureError(
                 f"wrap_triton({name})[grid](...) was called with symbolic (captured) "
