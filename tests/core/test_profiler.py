@@ -325,3 +325,17 @@ def test_trace_validator_catches_bad_nesting():
     }
     with pytest.raises(AssertionError):
         _validate_chrome_trace(neg)
+
+
+def test_backward_nodes_get_spans_around_their_ops():
+    x = tp.ones(3, requires_grad=True)
+    with profile() as prof:
+        (x * 2).sum().backward()
+    names = [e.name for e in prof.events()]
+    mul_bw = "autograd::engine::evaluate_function: MulBackward0"
+    sum_bw = "autograd::engine::evaluate_function: SumBackward0"
+    assert names.index("sum") < names.index(sum_bw) < names.index(mul_bw)
+    # the ops a node's formula runs are children of its span
+    spans = {e.name: e for e in prof.events()}
+    assert spans[sum_bw].cpu_time_total >= spans["expand"].cpu_time_total
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]

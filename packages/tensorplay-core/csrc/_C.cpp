@@ -10,7 +10,7 @@
 //                   templates _BINARY_FAST/_UNARY_FAST): exact Tensors on CPU, one dtype,
 //                   no layer active, no keyword arguments -> one aligned allocation, one
 //                   ufunc call, two object allocations. Anything else -> the Python function.
-//   set_plain       mirrors _dispatch.state.plain (the fast-path gate) into C.
+//   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
@@ -50,11 +50,16 @@ struct Layout {
 };
 Layout L;
 
-bool g_plain = true;  // twin: tensorplay._dispatch.state.plain
 
 inline PyObject *&slot(PyObject *o, Py_ssize_t off) {
     return *reinterpret_cast<PyObject **>(reinterpret_cast<char *>(o) + off);
 }
+
+// The fast-path gate: tensorplay._dispatch.state.plain, read through its slot (watch_gate).
+PyObject *g_state = nullptr;
+Py_ssize_t g_plain_off = 0;
+
+inline bool gate_plain() { return !g_state || slot(g_state, g_plain_off) == Py_True; }
 
 Py_ssize_t slot_offset(PyTypeObject *type, const char *name) {
     py::object d = py::reinterpret_steal<py::object>(
@@ -289,7 +294,7 @@ PyObject *fastop_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf
                             PyObject *kwnames) {
     auto *op = reinterpret_cast<FastOp *>(self);
     if (!kwnames && PyVectorcall_NARGS(nargsf) == op->nin) {
-        if (g_plain) {
+        if (gate_plain()) {
             PyObject *r = fast(op, args);
             if (r != NOT_FAST) return r;
         } else if (op->mode_call != Py_None && plain_args(args, op->nin)) {
@@ -643,6 +648,16 @@ py::object exchange_api(py::object from_capsule, py::object stream_ptr) {
     return py::reinterpret_borrow<py::object>(X.capsule);
 }
 
+void watch_gate(py::object state) {
+    Py_ssize_t off = slot_offset(Py_TYPE(state.ptr()), "plain");
+    PyObject *v = slot(state.ptr(), off);
+    if (v != Py_True && v != Py_False)
+        throw py::type_error("watch_gate(state): state.plain must be set to a bool");
+    Py_XDECREF(g_state);
+    g_state = state.release().ptr();
+    g_plain_off = off;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -656,9 +671,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("init", &init, py::arg("tensor"), py::arg("storage"), py::arg("cpu"),
           py::arg("aligned_u8"),
           "Learn the slot layout of Tensor and Storage (called once by tensorplay._native)");
-    m.def("set_plain", [](bool v) { g_plain = v; }, py::arg("plain"),
-          "Mirror tensorplay._dispatch.state.plain (the fast-path gate)");
-    m.def("is_plain", [] { return g_plain; });
+    m.def("watch_gate", &watch_gate, py::arg("state"),
+          "Read the fast-path gate from state.plain (a __slots__ member)");
+    m.def("is_plain", [] { return gate_plain(); });
     m.def("exchange_api", &exchange_api, py::arg("from_capsule"), py::arg("stream_ptr"),
           "The DLPack C exchange table as a 'dlpack_exchange_api' capsule (made once)");
     m.def("any_requires_grad", &any_requires_grad, py::arg("tensors"),

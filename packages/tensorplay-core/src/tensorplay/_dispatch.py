@@ -34,35 +34,29 @@ class _State:
     """Global switches read on every call; ``plain`` is the fast-path gate.
 
     ``plain`` stays True while nothing (override modes, dispatch modes, profiler,
-    autocast) needs to see individual calls; components that add such a layer
-    clear it while active.
+    autocast, tracers) needs to see individual calls; components that add such a layer
+    clear it while active. A slot, so the native fast path reads it at a fixed offset.
     """
 
-    plain = True
-    _blockers = 0
+    __slots__ = ("plain", "_blockers")
+
+    def __init__(self):
+        self.plain = True
+        self._blockers = 0
 
     def block(self) -> None:
         """A layer that must see every call is now active (nests)."""
         self._blockers += 1
         self.plain = False
-        _set_native_plain(False)
 
     def unblock(self) -> None:
         self._blockers -= 1
-        self.plain = plain = self._blockers == 0
-        _set_native_plain(plain)
-
-
-def _no_native(plain: bool) -> None:
-    pass
-
-
-# The native fast path reads a C mirror of the gate (an active function mode flips it
-# twice per call, so this stays two plain calls).
-_set_native_plain = NATIVE.set_plain if NATIVE is not None else _no_native
+        self.plain = self._blockers == 0
 
 
 state = _State()
+if NATIVE is not None:
+    NATIVE.watch_gate(state)  # tensorplay._C.FastOp reads state.plain itself
 
 
 class _NoAutograd:

@@ -10,7 +10,7 @@ native                        Python twin
 ============================  ===========================================================
 ``FastOp``                    the generated op function's fast path
                               (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
-``set_plain``                 ``_dispatch.state.plain`` (the gate; C keeps a mirror)
+``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)

@@ -203,7 +203,6 @@ def _innermost_mode(func, types, args, kwargs):
 
 
 _block, _unblock = state.block, state.unblock
-_set_native_plain = _dispatch._set_native_plain
 
 
 def mode_call(func, fallback, args: tuple):
@@ -217,17 +216,13 @@ def mode_call(func, fallback, args: tuple):
     mode = modes.pop()
     st = state  # state.unblock()/block() inlined: this runs once per op under a mode
     st._blockers -= 1
-    if not st._blockers:
-        st.plain = True
-        _set_native_plain(True)
+    st.plain = not st._blockers
     try:
         result = mode.__tensorplay_function__(func, (), args, {})
     finally:
         modes.append(mode)
         st._blockers += 1
-        if st.plain:
-            st.plain = False
-            _set_native_plain(False)
+        st.plain = False
     if result is not NotImplemented:
         return result
     raise NoImplementationError(

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from tensorplay import profiler
 from tensorplay._tensor import Tensor, empty_tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.graph import AccumulateGrad, edge_of
@@ -124,7 +125,12 @@ def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
             new = hook(tuple(grads))
             if new is not None:
                 grads = list(new)
-        grad_inputs = node.apply(grads)
+        if profiler._active is None:
+            grad_inputs = node.apply(grads)
+        else:  # one span per node, named as torch's profiler names them
+            span = f"autograd::engine::evaluate_function: {node.name()}"
+            with profiler.record_function(span, "cpu_op"):
+                grad_inputs = node.apply(grads)
         for hook in node._hooks:
             new = hook(tuple(grad_inputs), tuple(grads))
             if new is not None:
