@@ -14,6 +14,7 @@ each number is the median of repeated timed runs after warm-up (which also autot
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import sys
 import time
@@ -71,6 +72,9 @@ def section(name: str):
     """Run a benchmark section; on failure print the error and carry on."""
 
     def run(fn: Callable[[], list[tuple]]) -> None:
+        only = os.environ.get("TP_BENCH_ONLY")  # e.g. "TileLang": run matching sections only
+        if only and only not in name and name != "environment":
+            return
         print(f"\n... {name}", flush=True)
         try:
             rows = fn()
