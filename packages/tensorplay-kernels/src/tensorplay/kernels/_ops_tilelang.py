@@ -140,15 +140,16 @@ def _attention_kernel(
     bm, bn, stages, threads = 128, 128, 2, 256
     scale = (1.0 / dim) ** 0.5 * 1.4426950408889634  # folded into exp2: exp(x) = 2**(x*log2 e)
     past = seq_kv - seq_q  # causal: query i sees keys up to i + past
-    q_shape, kv_shape = (batch, heads, seq_q, dim), (batch, heads, seq_kv, dim)
     acc_t = "float32"
 
     @T.prim_func
     def main(
-        Q: T.Tensor(q_shape, dtype),  # noqa: N803
-        K: T.Tensor(kv_shape, dtype),  # noqa: N803
-        V: T.Tensor(kv_shape, dtype),  # noqa: N803
-        O: T.Tensor(q_shape, dtype),  # noqa: N803, E741
+        # shapes spelled out: TileLang evaluates these annotations with the names the body
+        # uses (a name used only here, like a local tuple, is not visible to it)
+        Q: T.Tensor((batch, heads, seq_q, dim), dtype),  # noqa: N803
+        K: T.Tensor((batch, heads, seq_kv, dim), dtype),  # noqa: N803
+        V: T.Tensor((batch, heads, seq_kv, dim), dtype),  # noqa: N803
+        O: T.Tensor((batch, heads, seq_q, dim), dtype),  # noqa: N803, E741
     ):
         with T.Kernel(T.ceildiv(seq_q, bm), heads, batch, threads=threads) as (bx, by, bz):
             q_s = T.alloc_shared((bm, dim), dtype)
