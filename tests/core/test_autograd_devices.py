@@ -36,3 +36,29 @@ def test_forward_mode_on_device(device):
     s = 1 / (1 + np.exp(-np.linspace(-1, 1, 5)))
     assert tangent.device.type == device
     np.testing.assert_allclose(tangent.cpu().numpy(), s * (1 - s), rtol=1e-12)
+
+
+def test_moving_between_devices_is_differentiable(device):
+    # x on cpu -> device -> compute there -> gradient arrives back on cpu (and back)
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x.to(device)
+    assert y.requires_grad and y.device.type == device
+    (y * y).sum().backward()
+    assert x.grad.device.type == "cpu"
+    np.testing.assert_allclose(x.grad.numpy(), [2.0, 4.0, 6.0])
+    w = tp.tensor([1.0, -1.0], device=device, requires_grad=True)
+    (w.to("cpu", tp.float64) * 3).sum().backward()  # device and dtype at once
+    assert w.grad.device.type == device and w.grad.dtype is tp.float32
+    np.testing.assert_allclose(w.grad.cpu().numpy(), [3.0, 3.0])
+
+
+def test_device_move_records_a_node_and_carries_tangents():
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    m = x.to("meta", tp.float64)  # the meta device holds no data, but the graph is recorded
+    assert m.requires_grad and m.grad_fn is not None and m.dtype is tp.float64
+    with tp.no_grad():
+        assert not x.to("meta").requires_grad
+    with fwAD.dual_level():
+        d = fwAD.make_dual(tp.tensor([1.0, 2.0]), tp.tensor([3.0, 4.0]))
+        moved = d.to("meta")
+        assert fwAD.unpack_dual(moved).tangent.device.type == "meta"

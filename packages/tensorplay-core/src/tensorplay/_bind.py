@@ -196,10 +196,7 @@ def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
 
         if _grad_on():
             if dev is not t.device:
-                raise NotImplementedError(
-                    f"to(): moving a tensor that requires grad from {t.device} to {dev} is not "
-                    "differentiable yet; move it before setting requires_grad, or detach() it"
-                )
+                return _device_move().apply(t, dt, dev)
             return OPS["_to_copy"].fn(t, dt)
     if dev is META or t.device is META:
         if t.device is META and dev is not META:
@@ -219,6 +216,35 @@ def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
         if out._data.size:
             out._data[...] = arr
     return out
+
+
+_MOVE = []
+
+
+def _device_move():
+    """The differentiable cross-device copy (``x.cuda()``, ``x.to("cpu", tp.float64)`` on a
+    tensor that requires grad): gradients (and tangents) move back to the input's device
+    and dtype. An autograd Function, built on first use (autograd imports this module)."""
+    if not _MOVE:
+        from tensorplay.autograd import Function  # noqa: PLC0415
+
+        class ToDevice(Function):
+            @staticmethod
+            def forward(ctx, t, dt, dev):
+                ctx.back, ctx.to = (t.dtype, t.device), (dt, dev)
+                return convert(t.detach(), dt, dev)
+
+            @staticmethod
+            def backward(ctx, grad):
+                return convert(grad, *ctx.back), None, None
+
+            @staticmethod
+            def jvp(ctx, tangent, *_):
+                return None if tangent is None else convert(tangent, *ctx.to)
+
+        ToDevice.__name__ = ToDevice.__qualname__ = "ToCopy"
+        _MOVE.append(ToDevice)
+    return _MOVE[0]
 
 
 def _copy_(self, src, non_blocking=False):
