@@ -1,14 +1,12 @@
 """cpp_jit tests share one fresh build cache per session (hermetic: nothing from ~/.cache).
 
-With TENSORPLAY_TEST_REFERENCE_EXCHANGE=1 the session first puts the reference native
-DLPack exchange table (exchange_reference.cc) on tp.Tensor: test_native_exchange.py
-reruns the kernel tests that way in a subprocess.
+test_native_exchange.py reruns the kernel tests in a subprocess with
+TENSORPLAY_PURE_PYTHON=1, where tp.Tensor has no native DLPack exchange table.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,11 +21,6 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory):
     root = Path(shared) if shared else tmp_path_factory.mktemp("tp_cache")
     saved = os.environ.get("TENSORPLAY_CACHE_DIR")
     os.environ["TENSORPLAY_CACHE_DIR"] = str(root)
-    if os.environ.get("TENSORPLAY_TEST_REFERENCE_EXCHANGE") == "1" and cpp_jit.is_available():
-        sys.path.insert(0, str(Path(__file__).parent))
-        import native_exchange
-
-        native_exchange.install()  # before any kernel call: tvm-ffi caches per type
     yield Path(root)
     if saved is None:
         os.environ.pop("TENSORPLAY_CACHE_DIR", None)

@@ -1,7 +1,8 @@
-"""The kernel, seed and composition tests again, with TensorPlay tensors crossing through a
-native DLPack exchange table (the reference exchange_reference.cc, or tensorplay._C's own
-when present): tvm-ffi converts them in C, kernel attributes are the engine's functions,
-and read-only/misaligned/meta tensors are refused by the table."""
+"""Both ways TensorPlay tensors cross into kernels: through tensorplay._C's DLPack exchange
+table (tvm-ffi converts them in C; kernel attributes are the engine's own functions;
+read-only/misaligned/meta tensors are refused by the table), and, with
+TENSORPLAY_PURE_PYTHON=1 (no table), through cpp_jit's own conversion wrapper: the kernel,
+seed and composition tests run again that way in a subprocess."""
 
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ HERE = Path(__file__).parent
 
 
 @pytest.mark.slow
-def test_kernel_tests_pass_with_a_native_exchange_table(cache_dir):
+def test_kernel_tests_pass_without_the_native_table(cache_dir):
     if not cpp_jit.is_available():
         pytest.skip("apache-tvm-ffi not installed")
     env = {
         **os.environ,
-        "TENSORPLAY_TEST_REFERENCE_EXCHANGE": "1",
+        "TENSORPLAY_PURE_PYTHON": "1",
         "TENSORPLAY_TEST_CACHE_DIR": str(cache_dir),
     }
     files = ["test_kernels.py", "test_seed_examples.py", "test_library_compose.py"]
@@ -38,6 +39,15 @@ def test_kernel_tests_pass_with_a_native_exchange_table(cache_dir):
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert " passed" in out.stdout and "failed" not in out.stdout
+
+
+def test_the_native_module_provides_the_table():
+    from tensorplay import _native
+
+    if _native.NATIVE is None:
+        pytest.skip(f"no tensorplay._C: {_native.REASON}")
+    table = tp.Tensor.__dlpack_c_exchange_api__
+    assert type(table).__name__ == "PyCapsule" and '"dlpack_exchange_api"' in repr(table)
 
 
 def test_module_hands_out_engine_functions_with_a_native_table(monkeypatch):
