@@ -41,9 +41,9 @@ class FastMath:
 
     def exp(self, x: Any) -> Any:
         """exp(x) = 2**n * e**f with n = round(x / ln 2) and a degree-7 polynomial for e**f
-        (Cephes' expf; the same split TVM's ``topi.fast_exp`` uses)."""
+        (Cephes' expf, the split TVM's ``topi.fast_exp`` also uses)."""
         te, tirx = self.te, self.tirx
-        hi, lo = self._c(88.3762626647949), self._c(-88.3762626647949)
+        hi, lo = self._c(88.72283935546875), self._c(-103.97207708)
 
         def body(v: Any) -> Any:
             n = te.floor(v * self._c(1.44269504088896341) + self._c(0.5))
@@ -59,18 +59,32 @@ class FastMath:
                          4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1),
                     )  # fmt: skip
                     p = p * f_ * f_ + f_ + self._c(1.0)
-                    # 2**n built in the exponent bits: (n + 127) << 23
-                    two_n = tirx.reinterpret("float32", (n_.astype("int32") + 127) << 23)
-                    return p * two_n
+                    # 2**n from exponent bits ((k + 127) << 23), in two halves so that n in
+                    # [-150, 128] never leaves the normal range: 2**128 (x near 88.7) and
+                    # 2**-150 (subnormal results) both come out right
+                    k = n_.astype("int32")
+                    half = k >> 1
+                    return p * self._pow2(half) * self._pow2(k - half)
 
                 return self._let("ef", f, with_f)
 
             return self._let("en", n, with_n)
 
-        return self._let("ex", te.max(te.min(x, hi), lo), body)
+        def edges(v: Any) -> Any:
+            # NOTE: the clamp keeps the bit trick in range; the selects restore what it would
+            # change: overflow is +inf (as in libm) and NaN stays NaN (max/min drop it)
+            approx = self._let("ex", te.max(te.min(v, hi), lo), body)
+            return tirx.Select(tirx.isnan(v), v, tirx.Select(v > hi, self._c(float("inf")), approx))
+
+        return self._let("exv", x, edges)
+
+    def _pow2(self, k: Any) -> Any:
+        """2.0**k for an int32 k in [-126, 127], assembled in the exponent bits."""
+        return self.tirx.reinterpret("float32", (k + 127) << 23)
 
     def tanh(self, x: Any) -> Any:
-        """tanh as a rational function on [-9, 9] (Eigen's ``ptanh`` coefficients); tiny
+        """tanh as a rational function on [-7.9, 7.9] (Eigen's ``ptanh`` coefficients; beyond
+        it tanh rounds to +-1 in float32); tiny
         |x| returns x itself, where the rational form's rounding would dominate."""
         te, tirx = self.te, self.tirx
 
@@ -92,11 +106,19 @@ class FastMath:
             approx = self._let("tx2", v * v, with_sq)
             return tirx.Select(te.abs(v) < self._c(4e-4), v, approx)
 
-        return self._let("tx", te.max(te.min(x, self._c(9.0)), self._c(-9.0)), body)
+        def nan_safe(v: Any) -> Any:
+            clamped = self._let(
+                "tx",
+                te.max(te.min(v, self._c(7.90531110763549805)), self._c(-7.90531110763549805)),
+                body,
+            )
+            return tirx.Select(tirx.isnan(v), v, clamped)
+
+        return self._let("txv", x, nan_safe)
 
     def erf(self, x: Any) -> Any:
         """erf as a rational function on [-4, 4] (Eigen's ``perf`` coefficients)."""
-        te = self.te
+        te, tirx = self.te, self.tirx
 
         def body(v: Any) -> Any:
             def with_sq(x2: Any) -> Any:
@@ -115,7 +137,11 @@ class FastMath:
 
             return self._let("rx2", v * v, with_sq)
 
-        return self._let("rx", te.max(te.min(x, self._c(4.0)), self._c(-4.0)), body)
+        def nan_safe(v: Any) -> Any:
+            clamped = self._let("rx", te.max(te.min(v, self._c(4.0)), self._c(-4.0)), body)
+            return tirx.Select(tirx.isnan(v), v, clamped)
+
+        return self._let("rxv", x, nan_safe)
 
     def sigmoid(self, x: Any) -> Any:
         """1 / (1 + exp(-x)): exp saturates at +-88, so no overflow to inf or nan."""

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import inspect
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
@@ -155,7 +156,8 @@ def _cast(node: Node, name: str, args: tuple, kwargs: dict) -> tuple[PointwiseOp
     for t in (out, src.meta["val"]):
         if t.dtype.name not in DTYPES:
             return None, f"dtype {t.dtype.name} unsupported"
-    return PointwiseOp("cast", [src], {}, out.dtype.name, out.dtype.name), ""
+    # computed in the source dtype: a cast to bool is a comparison with 0 there
+    return PointwiseOp("cast", [src], {}, out.dtype.name, src.meta["val"].dtype.name), ""
 
 
 # ---- partition -----------------------------------------------------------------------------
@@ -195,17 +197,29 @@ def mutation(graph: Graph) -> Node | None:
     return None
 
 
-def partition(graph: Graph, device_type: str) -> Plan:
+def partition(
+    graph: Graph,
+    device_type: str,
+    *,
+    copies: Callable[[PointwiseOp], int] = lambda op: 1,
+    max_size: int = 4000,
+) -> Plan:
     """Cut ``graph`` into steps: maximal pointwise regions and interpreter nodes.
 
     A lowerable node joins the most recent region when every input it reads from outside
     that region is available before the region runs; otherwise it starts a new region.
     That keeps steps in a valid order without any cycle check.
+
+    A region's nodes are composed into one expression, in which an operand appears
+    ``copies(op)`` times; a node whose expression would exceed ``max_size`` terms starts
+    a new region instead (its inputs are then read from memory), which keeps compile
+    time linear in the graph.
     """
     steps: list = []
     position: dict[Node, int] = {}  # step index that makes a node's value available
     region_of: dict[Node, Region] = {}
     reasons: dict[Node, str] = {}
+    size: dict[Node, int] = {}  # terms in a node's composed expression
     written = mutation(graph)
     last_region: Region | None = None
     region_pos = -1
@@ -232,6 +246,11 @@ def partition(graph: Graph, device_type: str) -> Plan:
         joins = last_region is not None and all(
             region_of.get(i) is last_region or position[i] < region_pos for i in inputs
         )
+        inner = [size[i] for i in inputs if joins and region_of.get(i) is last_region]
+        size[node] = 1 + copies(op) * sum(inner or [0]) + len(inputs)
+        if joins and size[node] > max_size:
+            joins = False
+            size[node] = 1 + len(inputs)
         if not joins:
             last_region = Region(index=sum(isinstance(s, Region) for s in steps))
             region_pos = len(steps)

@@ -22,7 +22,7 @@ from tensorplay.compiler._backends import barrier_kind
 from tensorplay.compiler._pointwise import Plan, Region, partition
 from tensorplay.compiler._report import ReportRow
 from tensorplay.compiler._tvm_env import configure_threads, load_tvm, resolve_target
-from tensorplay.compiler._tvm_lower import Kernel, lower_region
+from tensorplay.compiler._tvm_lower import MAX_EXPRESSION, Kernel, expansion, lower_region
 from tensorplay.graph import GraphModule, Interpreter
 from tensorplay.graph._graph import Node
 
@@ -52,7 +52,10 @@ def compile_graph(
     tvm_target = resolve_target(tvm, target, device_type)
     if device_type == "cpu":
         configure_threads(tvm, num_threads)
-    plan = partition(gm.graph, device_type)
+    copies = (
+        expansion if fast_math else (lambda op: min(expansion(op), 9 if op.name == "clamp" else 3))
+    )
+    plan = partition(gm.graph, device_type, copies=copies, max_size=MAX_EXPRESSION)
     kernels: dict[Region, Kernel] = {}
     for step in plan.steps:
         if isinstance(step, Region):

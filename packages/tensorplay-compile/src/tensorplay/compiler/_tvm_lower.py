@@ -22,7 +22,7 @@ from tensorplay.compiler._fastmath import FastMath
 from tensorplay.compiler._pointwise import PointwiseOp, Region
 from tensorplay.graph._graph import Node
 
-__all__ = ["Kernel", "lower_region"]
+__all__ = ["MAX_EXPRESSION", "Kernel", "expansion", "lower_region"]
 
 
 class _Dim:
@@ -138,19 +138,24 @@ def lower_region(
         expr = placeholders[value](*sub) if value in placeholders else build(value, sub)
         return expr if str(expr.ty) == dtype else expr.astype(dtype)
 
-    cache: dict[tuple, Any] = {}
-
+    # Values are composed inline (one expression per output), every read building a fresh
+    # copy (see _formula); the partitioner bounds how large that gets (``expansion``).
     def build(node: Node, idx: tuple) -> Any:
-        key = (node, tuple(id(i) if not isinstance(i, int) else i for i in idx))
-        if key not in cache:
-            cache[key] = _emit(region.ops[node], len(dims[node]), idx)
-        return cache[key]
+        return _emit(region.ops[node], len(dims[node]), idx)
+
+    def body(members: list) -> Any:
+        def fcompute(*idx: Any) -> Any:  # TE reads the positional arity
+            exprs = [build(m, tuple(idx)) for m in members]
+            return exprs if len(exprs) > 1 else exprs[0]
+
+        return fcompute
 
     def _emit(op: PointwiseOp, rank: int, idx: tuple) -> Any:
-        cdt = op.compute_dtype
-        args = [None if o is None else operand(o, rank, idx, cdt) for o in op.operands]
-        if op.name == "where":
-            args[0] = operand(op.operands[0], rank, idx, "bool")
+        dts = ["bool" if op.name == "where" and i == 0 else op.compute_dtype for i in range(3)]
+        args = [
+            None if o is None else (lambda o=o, dt=dt: operand(o, rank, idx, dt))
+            for o, dt in zip(op.operands, dts)
+        ]
         return _formula(tvm, fm, op, args, fast_math and op.dtype == "float32").astype(op.dtype)
 
     # ---- one compute per output shape ----------------------------------------------------
@@ -163,7 +168,7 @@ def lower_region(
     for g, (_, members) in enumerate(groups.items()):
         shape = [as_var(d, f"m{g}_{a}") for a, d in enumerate(dims[members[0]])]
 
-        result = te.compute(shape, _body(build, members), name=f"out{g}")
+        result = te.compute(shape, body(members), name=f"out{g}")
         result = result if isinstance(result, (list, tuple)) else [result]
         outputs.extend(members)
         tensors.extend(result)
@@ -181,18 +186,27 @@ def lower_region(
     )
 
 
-def _body(build: Any, members: list) -> Any:
-    """The ``fcompute`` of one output group (TE reads its positional arity)."""
+# How much an op multiplies the size of its operands' expressions once TVM has expanded it:
+# copies read directly (NaN-aware max reads x three times) and, for fast math, the uses of
+# its Let-bound argument, which TVM's lowering expands (measured: five nested fast tanh
+# took 7 s to compile, three 0.05 s). Used to cap region size; see _pointwise.partition.
+_COPIES = {"exp": 8, "tanh": 8, "sigmoid": 8, "silu": 9, "gelu": 12, "maximum": 3,
+           "minimum": 3, "relu": 3, "clamp": 3, "square": 2}  # fmt: skip
+MAX_EXPRESSION = 2000
 
-    def body(*idx: Any) -> Any:
-        exprs = [build(m, tuple(idx)) for m in members]
-        return exprs if len(exprs) > 1 else exprs[0]
 
-    return body
+def expansion(op: PointwiseOp) -> int:
+    """Copies of each operand in ``op``'s expression (an upper bound)."""
+    return _COPIES.get(op.name, 1)
 
 
 def _formula(tvm: ModuleType, fm: FastMath, op: PointwiseOp, a: list, fast: bool) -> Any:
-    """The scalar expression of ``op`` on operand expressions ``a``."""
+    """The scalar expression of ``op``; ``a[i]()`` builds a fresh copy of operand ``i``.
+
+    NOTE: operands are thunks, not expressions: TIR forbids one ``Let`` variable being
+    defined twice, so an operand a formula reads twice (``maximum``'s NaN checks) must be
+    built twice (fast math binds its argument with ``Let``).
+    """
     te, tirx = tvm.te, tvm.tirx
     name, dt = op.name, op.compute_dtype
     is_float = dt.startswith("float")
@@ -200,80 +214,86 @@ def _formula(tvm: ModuleType, fm: FastMath, op: PointwiseOp, a: list, fast: bool
     def c(v: float) -> Any:
         return tirx.const(v, dt)
 
-    def nan_max(x: Any, y: Any) -> Any:  # numpy's maximum propagates NaN; LLVM maxnum drops it
-        m = te.max(x, y)
-        return tirx.Select(x != x, x, tirx.Select(y != y, y, m)) if is_float else m
+    def nan_aware(pick: Any, x: Any, y: Any) -> Any:
+        # numpy's maximum/minimum propagate NaN; LLVM's maxnum/minnum drop it
+        if not is_float:
+            return pick(x(), y())
+        return tirx.Select(tirx.isnan(x()), x(), tirx.Select(tirx.isnan(y()), y(), pick(x(), y())))
 
-    def nan_min(x: Any, y: Any) -> Any:
-        m = te.min(x, y)
-        return tirx.Select(x != x, x, tirx.Select(y != y, y, m)) if is_float else m
+    def const(v: float) -> Any:
+        return lambda: c(v)
 
-    exp = fm.exp if fast else te.exp
-    if name == "add":
+    def sigmoid(x: Any) -> Any:
+        return fm.sigmoid(x) if fast else c(1.0) / (c(1.0) + te.exp(-x))
+
+    binary = {
+        "mul": lambda x, y: x * y,
+        "div": lambda x, y: x / y,
+        "pow": te.power,
+        "eq": tirx.EQ,
+        "ne": tirx.NE,
+        "lt": tirx.LT,
+        "le": tirx.LE,
+        "gt": tirx.GT,
+        "ge": tirx.GE,
+    }
+    unary = {
+        "neg": lambda x: -x,
+        "abs": te.abs,
+        "sqrt": te.sqrt,
+        "rsqrt": lambda x: c(1.0) / te.sqrt(x),
+        "reciprocal": lambda x: c(1.0) / x,
+        "exp": fm.exp if fast else te.exp,
+        "log": te.log,
+        "sin": te.sin,
+        "cos": te.cos,
+        "tanh": fm.tanh if fast else te.tanh,
+        "sigmoid": sigmoid,
+    }
+    if name in binary:
+        return binary[name](a[0](), a[1]())
+    if name in unary:
+        return unary[name](a[0]())
+    if name in ("add", "sub"):
         alpha = op.params.get("alpha", 1)
-        return a[0] + (a[1] if alpha == 1 else a[1] * c(alpha))
-    if name == "sub":
-        alpha = op.params.get("alpha", 1)
-        return a[0] - (a[1] if alpha == 1 else a[1] * c(alpha))
-    if name == "mul":
-        return a[0] * a[1]
-    if name == "div":
-        return a[0] / a[1]
-    if name == "pow":
-        return te.power(a[0], a[1])
+        other = a[1]() if alpha == 1 else a[1]() * c(alpha)
+        return a[0]() + other if name == "add" else a[0]() - other
     if name == "maximum":
-        return nan_max(a[0], a[1])
+        return nan_aware(te.max, a[0], a[1])
     if name == "minimum":
-        return nan_min(a[0], a[1])
-    if name in ("eq", "ne", "lt", "le", "gt", "ge"):
-        return getattr(tirx, name.upper())(a[0], a[1])  # tirx.EQ, tirx.LT, ...
-    if name == "neg":
-        return -a[0]
-    if name == "abs":
-        return te.abs(a[0])
-    if name == "square":
-        return a[0] * a[0]
-    if name == "sqrt":
-        return te.sqrt(a[0])
-    if name == "rsqrt":
-        return c(1.0) / te.sqrt(a[0])
-    if name == "reciprocal":
-        return c(1.0) / a[0]
-    if name == "exp":
-        return exp(a[0])
-    if name == "log":
-        return te.log(a[0])
-    if name == "sin":
-        return te.sin(a[0])
-    if name == "cos":
-        return te.cos(a[0])
-    if name == "tanh":
-        return fm.tanh(a[0]) if fast else te.tanh(a[0])
-    if name == "sigmoid":
-        return fm.sigmoid(a[0]) if fast else c(1.0) / (c(1.0) + te.exp(-a[0]))
-    if name == "silu":
-        x = a[0]
-        return x * (fm.sigmoid(x) if fast else c(1.0) / (c(1.0) + te.exp(-x)))
+        return nan_aware(te.min, a[0], a[1])
     if name == "relu":
-        return nan_max(a[0], c(0)) if is_float else te.max(a[0], c(0))
+        return nan_aware(te.max, a[0], const(0))
+    if name == "square":
+        return a[0]() * a[0]()
+    if name == "silu":
+        return a[0]() * sigmoid(a[0]())
     if name == "gelu":
         x = a[0]
         if op.params.get("approximate", "none") == "tanh":
-            inner = c(math.sqrt(2 / math.pi)) * (x + c(0.044715) * x * x * x)
-            return c(0.5) * x * (c(1.0) + (fm.tanh(inner) if fast else te.tanh(inner)))
+            inner = c(math.sqrt(2 / math.pi)) * (x() + c(0.044715) * x() * x() * x())
+            return c(0.5) * x() * (c(1.0) + (fm.tanh(inner) if fast else te.tanh(inner)))
         erf = fm.erf if fast else te.erf
-        return c(0.5) * x * (c(1.0) + erf(x * c(1 / math.sqrt(2))))
+        return c(0.5) * x() * (c(1.0) + erf(x() * c(1 / math.sqrt(2))))
     if name == "where":
-        return tirx.Select(a[0], a[1], a[2])
+        return tirx.Select(a[0](), a[1](), a[2]())
     if name == "clamp":
         x, lo, hi = a
+        value = x()
         if lo is not None:
-            x = nan_max(x, lo)
+            value = te.max(value, lo())
         if hi is not None:
-            x = nan_min(x, hi)
-        return x
+            value = te.min(value, hi())
+        if not is_float:
+            return value
+        # NaN in x or in a tensor bound propagates, as numpy's maximum/minimum do
+        for bound, tensor in ((lo, op.operands[1]), (hi, op.operands[2])):
+            if bound is not None and isinstance(tensor, Node):
+                value = tirx.Select(tirx.isnan(bound()), bound(), value)
+        return tirx.Select(tirx.isnan(x()), x(), value)
     if name == "cast":
-        return a[0] != tirx.const(0, str(a[0].ty)) if dt == "bool" else a[0]
+        x = a[0]()
+        return x != tirx.const(0, dt) if op.dtype == "bool" and dt != "bool" else x
     raise NotImplementedError(f"no TVM formula for {name}")  # _pointwise.SUPPORTED guards this
 
 
