@@ -29,7 +29,7 @@ from typing import Any
 import tensorplay as tp
 from tensorplay import _capture
 from tensorplay._capture import GraphCaptureError
-from tensorplay.graph._graph import Graph, Node, map_args, target_name
+from tensorplay.graph._graph import Graph, Node, map_args
 from tensorplay.graph._module import GraphModule
 
 __all__ = ["Proxy", "Tracer", "user_frame"]
@@ -364,14 +364,6 @@ def _is_meta_value(v: Any) -> bool:
     if isinstance(v, tuple):
         return all(_is_meta_value(x) for x in v)
     return isinstance(v, tp.Tensor) and v.device.type == "meta"
-
-
-def describe(node: Node) -> str:
-    """``add (at file.py:12)``: a node and the user line that created it."""
-    where = node.meta.get("stack")
-    return f"{node.name} ({target_name(node.target)})" + (
-        f" at {where[0]}:{where[1]}" if where else ""
-    )
 
 
 _install_operators()
