@@ -97,6 +97,12 @@ import demo_cpp_jit  # noqa: E402 - examples/ is on sys.path when this script ru
 print("\n--- C++ kernel through tensorplay.utils.cpp_jit ---")
 demo_cpp_jit.main()
 
+# --- tp.compile: a chain with a custom op, fused by the TVM backend (examples/demo_compile.py)
+import demo_compile  # noqa: E402
+
+print("\n--- tp.compile with the TVM backend, and its fallback report ---")
+demo_compile.main()
+
 print(
     "\nCUDA available:",
     tp.cuda.is_available(),
