@@ -165,3 +165,25 @@ def test_training_loop_memory_is_flat():
     gc.collect()
     objects_after = len(gc.get_objects())
     assert objects_after - objects_before < 1_000, (objects_before, objects_after)
+
+
+def test_results_are_saved_only_for_formulas_that_read_them():
+    from tensorplay.autograd._record import _reads_ctx_out
+
+    def helper(ctx, g):
+        return g
+
+    def nested(ctx, g):
+        return (lambda: ctx.out)()
+
+    assert not _reads_ctx_out(lambda ctx, g: g * ctx.inputs[0] + ctx.params["k"])
+    assert _reads_ctx_out(lambda ctx, g: g * ctx.out)
+    assert _reads_ctx_out(lambda ctx, g: helper(ctx, g))  # ctx passed on: maybe
+    assert _reads_ctx_out(lambda ctx, g: getattr(ctx, "out"))  # noqa: B009
+    assert _reads_ctx_out(nested)  # captured by a closure: maybe
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    s, e = (x * 3).sum(), x.exp()
+    assert s.grad_fn._saved[1] is None  # sum's formula only needs the input's shape
+    assert e.grad_fn._saved[1] is not None  # exp's derivative is its result
+    (s + e.sum()).backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 + np.exp([1.0, 2.0]), rtol=1e-6)

@@ -16,6 +16,7 @@ from optable_samples import samples
 import tensorplay as tp
 from tensorplay._optable import ROWS
 from tensorplay.autograd._record import _Ctx
+from tensorplay.autograd.forward_ad import _Ctx as _ForwardCtx
 
 EPS = 1e-6
 RTOL = ATOL = 1e-5
@@ -230,9 +231,12 @@ def test_gradcheck_passes(row):
 
 
 def _jvp(case, tangents):
-    """``row.jvp`` on the ctx autograd recorded for the call (inputs, params, out)."""
-    outs = _float_outputs(case.run(case.args))
-    ctx = _Ctx(outs[0].grad_fn)
+    """``row.jvp`` on a forward-mode ctx for the call: the inputs and params autograd
+    recorded, and the call's result (a backward node keeps it only when its vjp reads it)."""
+    result = case.run(case.args)
+    outs = _float_outputs(result)
+    recorded = _Ctx(outs[0].grad_fn)
+    ctx = _ForwardCtx(tuple(recorded.inputs), recorded.params, result)
     n = len(_slots(case.row, case.args)) if case.row.n_inputs in ("seq", "star") else None
     aligned = [None] * (n if n is not None else len(ctx.inputs))
     for sl, t in zip(case.slots, tangents):

@@ -395,3 +395,11 @@ def test_plain_calls_of_hand_written_methods_skip_the_protocol():
     assert x[1, 1:].tolist() == [4.0, 5.0]  # slices are plain arguments
     assert x[..., 0].tolist() == [0.0, 3.0]
     assert x.to("cpu") is x
+
+
+def test_unary_operators_do_not_rename_the_public_functions():
+    x = tp.tensor([1.0, -2.0])
+    assert (-x).tolist() == [-1.0, 2.0] and abs(x).tolist() == [1.0, 2.0]
+    assert (~tp.tensor([True])).tolist() == [False]
+    assert tp.neg.__name__ == "neg" and tp.abs.__name__ == "abs"
+    assert tp.bitwise_not.__name__ == "bitwise_not"

@@ -47,7 +47,7 @@ def _operator(row, dunder):
                 return _foreign(fn, other, self)
             return fn(other, self)
     elif dunder in ("__neg__", "__abs__", "__invert__"):
-        op = fn
+        return fn  # the function itself (not renamed: it is also tp.neg/abs/bitwise_not)
     else:
 
         def op(self, other):

@@ -7,6 +7,7 @@ node, and when x is a view its base's history goes through ``CopySlices``.
 
 from __future__ import annotations
 
+import dis
 import functools
 
 from tensorplay._native import any_requires_grad
@@ -86,13 +87,43 @@ class _Ctx:
 
 def _saves_out(row) -> bool:
     """Does ``row``'s backward read the op's result? Formulas built from partial
-    derivatives say so (``vjp.reads_out()``); others, and multi-output rows (whose missing
-    gradients are filled with zeros shaped like the outputs), are assumed to."""
+    derivatives say so (``vjp.reads_out()``); for other formulas the bytecode tells
+    (``_reads_ctx_out``). Multi-output rows always save theirs: missing gradients are
+    filled with zeros shaped like the outputs."""
     saves = row.__dict__.get("_saves_out")
     if saves is None:
         probe = getattr(row.vjp, "reads_out", None)
-        saves = row._saves_out = row.multi or probe is None or bool(probe())
+        reads = _reads_ctx_out(row.vjp) if probe is None else bool(probe())
+        saves = row._saves_out = row.multi or reads
     return saves
+
+
+_CTX_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def _reads_ctx_out(fn) -> bool:
+    """Can formula ``fn(ctx, ...)`` read ``ctx.out``? No only when every use of ``ctx`` in
+    its bytecode is an attribute read of another name (``ctx.inputs``, ``ctx.params``):
+    passing ``ctx`` on, or a nested function capturing it, counts as yes."""
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount == 0:
+        return True
+    ctx = code.co_varnames[0]
+    if ctx in code.co_cellvars:
+        return True
+    instructions = list(dis.get_instructions(fn))
+    for i, ins in enumerate(instructions):
+        uses_ctx = ins.argval == ctx or (isinstance(ins.argval, tuple) and ctx in ins.argval)
+        if ins.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")) and uses_ctx:
+            nxt = instructions[i + 1] if i + 1 < len(instructions) else None
+            if (
+                ins.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW")
+                or nxt is None
+                or nxt.opname not in _CTX_READS
+                or nxt.argval == "out"
+            ):
+                return True
+    return False
 
 
 class OpNode(Node):
