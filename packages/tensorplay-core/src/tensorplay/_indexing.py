@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay import _dtype as D
-from tensorplay._tensor import Tensor, empty_tensor, make_view
+from tensorplay._tensor import Tensor, empty_tensor, make_view, strides_of
 
 
 def _is_basic(item) -> bool:
@@ -52,7 +52,7 @@ def _expand_ellipsis(index, ndim):
 
 def basic_geometry(t: Tensor, index: tuple):
     """(shape, stride, offset) of ``t[index]`` for a basic (view) index."""
-    shape, stride, off = t._shape, t.stride(), t._offset
+    shape, stride, off = t._shape, strides_of(t), t._offset
     out_shape, out_stride = [], []
     d = 0
     for item in index:

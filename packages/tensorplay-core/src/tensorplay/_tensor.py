@@ -18,6 +18,15 @@ from tensorplay._storage import Storage, cpu_empty, new_storage
 __all__ = ["Tensor", "wrap_array", "make_view", "contiguous_strides", "empty_tensor"]
 
 
+def strides_of(t) -> tuple:
+    """``t.stride()`` for core's own use: the public method is wrapped for
+    ``__tensorplay_function__`` (overrides.install), which internal geometry must not pay."""
+    st = t._stride
+    if st is None:
+        st = t._stride = contiguous_strides(t._shape)
+    return st
+
+
 def contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -64,9 +73,7 @@ class Tensor:
         return self._shape[_wrap_dim(dim, len(self._shape), "size")]
 
     def stride(self, dim: int | None = None):
-        st = self._stride
-        if st is None:
-            st = self._stride = contiguous_strides(self._shape)
+        st = strides_of(self)
         return st if dim is None else st[_wrap_dim(dim, len(self._shape), "stride")]
 
     def storage_offset(self) -> int:
@@ -144,7 +151,7 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A view of the same data, cut from the autograd graph."""
-        return make_view(self, self._shape, self.stride(), self._offset)
+        return make_view(self, self._shape, strides_of(self), self._offset)
 
     def _check_data(self, what: str):
         if self._data is None:
@@ -246,7 +253,7 @@ class Tensor:
         if source is None:
             source = new_storage(0, self.device)
         if isinstance(source, Tensor):
-            storage_offset, size, stride = source._offset, source._shape, source.stride()
+            storage_offset, size, stride = source._offset, source._shape, strides_of(source)
             source = source._storage
         if not isinstance(source, Storage):
             raise TypeError(f"set_(): expected a Storage or Tensor, got {type(source).__name__}")

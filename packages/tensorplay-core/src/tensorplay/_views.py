@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 
 from tensorplay._meta import wrap_dim
+from tensorplay._tensor import strides_of
 
 
 def _geo(t):
-    return t._shape, t.stride(), t._offset
+    return t._shape, strides_of(t), t._offset
 
 
 def _sizes(op, shape):
@@ -77,7 +78,7 @@ def view_strides(old_shape, old_stride, new_shape):
 
 def view(t, shape):
     shape = infer_size("view", _sizes("view", shape), t.numel())
-    st = view_strides(t._shape, t.stride(), shape)
+    st = view_strides(t._shape, strides_of(t), shape)
     if st is None:
         raise RuntimeError(
             "view(): view size is not compatible with input tensor's size and "
@@ -227,7 +228,7 @@ def as_strided(t, size, stride, storage_offset=None):
 def reshape(t, shape):
     """Like ``view``; None when the strides force a copy (the dispatcher then copies)."""
     shape = infer_size("reshape", _sizes("reshape", shape), t.numel())
-    st = view_strides(t._shape, t.stride(), shape)
+    st = view_strides(t._shape, strides_of(t), shape)
     return None if st is None else (shape, st, t._offset)
 
 

@@ -11,7 +11,7 @@ import dis
 import functools
 
 from tensorplay._native import any_requires_grad
-from tensorplay._tensor import Tensor
+from tensorplay._tensor import Tensor, strides_of
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
     needs_forward,
@@ -333,7 +333,7 @@ def record_inplace(row, targs, params, result, target):
         target.grad_fn, target._output_nr = result.grad_fn, 0
         target.requires_grad = True
         return target
-    geometry = (target._shape, target.stride(), target._offset - base._offset)
+    geometry = (target._shape, strides_of(target), target._offset - base._offset)
     if not base.is_contiguous():
         raise NotImplementedError(
             f"{row.name}_(): in-place autograd on a view of a "
