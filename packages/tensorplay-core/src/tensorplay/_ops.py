@@ -65,13 +65,16 @@ class _Ops:
     __slots__ = ()
 
     def __getattr__(self, namespace: str) -> _Namespace:
+        ns = _namespaces.get(namespace)
+        if ns is not None and namespace in _table:
+            return ns
         if namespace.startswith("__") or namespace not in _table:
             raise AttributeError(
                 f"tp.ops has no namespace {namespace!r} (namespaces: {sorted(_table)}); "
                 f"operators appear here once defined, e.g. with "
                 f"tensorplay.library.custom_op('{namespace}::my_op', ...)"
             )
-        return _Namespace(namespace)
+        return _namespaces.setdefault(namespace, _Namespace(namespace))
 
     def __dir__(self) -> list[str]:
         return sorted(_table)
@@ -80,4 +83,5 @@ class _Ops:
         return "<tp.ops: operators registered by tensorplay.library>"
 
 
+_namespaces: dict[str, _Namespace] = {}  # one object per namespace, made on first access
 ops = _Ops()

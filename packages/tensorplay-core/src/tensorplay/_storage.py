@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorplay import _device
 
-__all__ = ["Storage", "UntypedStorage", "cpu_empty", "ALIGNMENT"]
+__all__ = ["Storage", "UntypedStorage", "cpu_empty", "cuda_empty", "ALIGNMENT"]
 
 ALIGNMENT = 64
 _SMALL = 512  # bytes; larger requests get a buffer of their own
@@ -87,10 +87,11 @@ class Storage:
     """A flat, untyped buffer (``untyped_storage()``) plus the version counter.
 
     ``_buf`` is a 1-D ``uint8`` array (numpy or CuPy) or None on ``meta``; the
-    storage's bytes are ``_buf[_start:_start + _nbytes]``.
+    storage's bytes are ``_buf[_start:_start + _nbytes]``. A storage never changes
+    buffer, so its address is computed once (kernel launches ask for it on every call).
     """
 
-    __slots__ = ("_buf", "_start", "_nbytes", "device", "_version", "__weakref__")
+    __slots__ = ("_buf", "_start", "_nbytes", "device", "_version", "_ptr", "__weakref__")
 
     def __init__(self, buf, start: int, nbytes: int, device):
         self._buf = buf
@@ -100,11 +101,18 @@ class Storage:
         self._version = 0
 
     def data_ptr(self) -> int:
-        if self._buf is None:
-            return 0
-        if self.device is _device.CPU:
-            return _address(self._buf) + self._start
-        return self._buf.data.ptr + self._start
+        try:
+            return self._ptr  # unset until first asked (tensorplay._C builds storages too)
+        except AttributeError:
+            buf = self._buf
+            if buf is None:
+                ptr = 0
+            elif self.device is _device.CPU:
+                ptr = _address(buf) + self._start
+            else:
+                ptr = buf.data.ptr + self._start
+            self._ptr = ptr
+            return ptr
 
     def nbytes(self) -> int:
         return self._nbytes
@@ -160,7 +168,17 @@ def new_storage(nbytes: int, dev) -> Storage:
         _, buf, start = cpu_empty((nbytes,), _U8, nbytes)
         return Storage(buf, start, nbytes, dev)
     if dev.type == "cuda":
-        cp = _device.cupy_or_raise()
-        with cp.cuda.Device(dev.index):
-            return Storage(cp.empty(nbytes, cp.uint8), 0, nbytes, dev)
+        return cuda_empty(nbytes, dev)[0]
     return Storage(None, 0, nbytes, dev)
+
+
+def cuda_empty(nbytes: int, dev):
+    """A new CUDA storage of ``nbytes`` on ``dev`` and its CuPy memory pointer (from CuPy's
+    pool, which hands out 512-byte aligned blocks). Allocation of every CUDA result goes
+    through here, so it skips what it can: switching device when ``dev`` is current."""
+    cp = _device.cupy_or_raise()
+    if cp.cuda.runtime.getDevice() != dev.index:
+        with cp.cuda.Device(dev.index):
+            return cuda_empty(nbytes, dev)
+    mem = cp.cuda.alloc(nbytes)
+    return Storage(cp.ndarray((nbytes,), _U8, memptr=mem), 0, nbytes, dev), mem

@@ -13,7 +13,7 @@ import numpy as np
 
 from tensorplay import _device
 from tensorplay._device import CPU, META
-from tensorplay._storage import Storage, cpu_empty, new_storage
+from tensorplay._storage import Storage, cpu_empty, cuda_empty, new_storage
 
 __all__ = ["Tensor", "wrap_array", "make_view", "contiguous_strides", "empty_tensor"]
 
@@ -25,6 +25,12 @@ def strides_of(t) -> tuple:
     if st is None:
         st = t._stride = contiguous_strides(t._shape)
     return st
+
+
+def data_ptr_of(t) -> int:
+    """``t.data_ptr()`` for internal use (kernel launch glue): the public method is wrapped
+    for ``__tensorplay_function__`` like ``stride()``."""
+    return t._storage.data_ptr() + t._offset * t.dtype.itemsize
 
 
 def contiguous_strides(shape) -> tuple:
@@ -420,6 +426,10 @@ def empty_tensor(shape: tuple, dt, dev) -> Tensor:
     if dev is CPU:
         arr, buf, start = cpu_empty(shape, dt.np, nbytes)
         return wrap_array(arr, buf, start, dt, dev)
+    if dev.type == "cuda":  # one pool block, viewed as bytes (storage) and as the tensor
+        storage, mem = cuda_empty(nbytes, dev)
+        cp = _device.cupy_or_raise()
+        return _new(Tensor, cp.ndarray(shape, dt.np, memptr=mem), storage, 0, shape, None, dt, dev)
     storage = new_storage(nbytes, dev)
     data = _view_array(storage, dt, shape, contiguous_strides(shape), 0)
     return _new(Tensor, data, storage, 0, shape, None, dt, dev)

@@ -62,7 +62,7 @@ def check_tensor(op: str, name: str, x: Any, dtypes: tuple = FLOATS, min_dim: in
             f"{op}: {name} has dtype {x.dtype}; supported: {names}. Convert it first, e.g. "
             f"{name}.to(tp.float32)"
         )
-    if x.dim() < min_dim:
+    if x.ndim < min_dim:
         raise ValueError(
             f"{op}: {name} must have at least {min_dim} dimension(s), got shape {tuple(x.shape)}"
         )
@@ -75,7 +75,7 @@ def check_same(op: str, names: tuple[str, str], a: tp.Tensor, b: tp.Tensor) -> N
             f"{op}: {names[0]} is {a.dtype} but {names[1]} is {b.dtype}; cast one, e.g. "
             f"{names[1]}.to({names[0]}.dtype)"
         )
-    if a.device != b.device:
+    if a.device is not b.device and a.device != b.device:
         raise ValueError(
             f"{op}: {names[0]} is on {a.device} but {names[1]} is on {b.device}; move them to "
             "one device"

@@ -28,6 +28,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay.kernels._capability import import_triton, interpreting, triton_unavailable_reason
+from tensorplay.kernels._fastlaunch import FastLauncher
 
 __all__ = ["TritonKernel", "kernel", "Pointer", "next_power_of_2"]
 
@@ -73,6 +74,7 @@ class TritonKernel:
         self._key = tuple(key)
         self._cpu_meta = dict(cpu_meta or {})
         self._built: Any = None
+        self._fast: FastLauncher | None = None  # CUDA: replays compiled kernels
         self._interp = False
         self._lock = threading.Lock()
 
@@ -87,6 +89,16 @@ class TritonKernel:
                 if self._configs and not self._interp:
                     configs = [_config(triton, c) for c in self._configs]
                     jitted = triton.autotune(configs=configs, key=list(self._key))(jitted)
+                if not self._interp:
+                    import cupy as cp  # noqa: PLC0415 - the array library of CUDA tensors
+
+                    self._fast = FastLauncher(
+                        jitted,
+                        device=cp.cuda.runtime.getDevice,
+                        stream=lambda: cp.cuda.get_current_stream().ptr,
+                        tune_keys=self._key,
+                        pointer_type=Pointer,
+                    )
                 self._built = jitted
         return self._built
 
@@ -108,12 +120,29 @@ class TritonKernel:
 
             return launch_interpreted
 
-        def launch(*args: Any, **kwargs: Any) -> Any:
-            _check_device(self.__name__, args, "cuda")
-            _ensure_cuda_runtime()
-            return built[grid](*args, **kwargs)
+        return lambda *args, **kwargs: self.launch_grid(grid, args, kwargs)
 
-        return launch
+    def launch_grid(self, grid: Any, args: tuple, kwargs: dict) -> Any:
+        """``self[grid](*args, **kwargs)`` on CUDA, without building a launcher first (the
+        per-call path of ``wrap_triton`` launches inside ``triton_op`` bodies)."""
+        if self._fast is None:
+            if self._built is None:
+                self._build()
+            if self._interp:
+                return self[grid](*args, **kwargs)
+        _ensure_cuda_runtime()
+        kernel = self._fast.launch(grid, args, kwargs)
+        if kernel is None:  # a call signature not launched before: Triton's full path
+            _check_device(self.__name__, args, "cuda")
+            kernel = self._built[grid](*args, **kwargs)
+            self._fast.record(kernel, args, kwargs)
+        return kernel
+
+    def clear_launch_cache(self) -> None:
+        """Forget the compiled kernels replayed on CUDA (see ``_fastlaunch``): the next
+        launch of each call signature takes Triton's full path again."""
+        if self._fast is not None:
+            self._fast.clear()
 
     def __repr__(self) -> str:
         return f"<TritonKernel {self.__name__}>"
@@ -237,11 +266,12 @@ def _patch_interpreter_index() -> None:
 
 
 def _check_device(name: str, args: tuple, mode: str) -> None:
-    """A clear error instead of Triton's when a tensor is on a device this mode can't run."""
+    """A clear error instead of Triton's when a tensor is on a device this mode can't run
+    (every tensor argument: on CUDA a host address would reach the kernel)."""
     for a in args:
-        dev = getattr(a, "device", None)
-        if dev is None or not isinstance(a, tp.Tensor):
+        if not isinstance(a, tp.Tensor):
             continue
+        dev = a.device
         if dev.type != mode:
             why = triton_unavailable_reason(dev.type) or f"Triton is running in {mode} mode"
             raise RuntimeError(
@@ -249,7 +279,6 @@ def _check_device(name: str, args: tuple, mode: str) -> None:
                 f"Move the tensors to {mode!r}"
                 + (" or set TRITON_INTERPRET=1 before importing triton" if mode == "cuda" else "")
             )
-        return
 
 
 # ---- the CUDA runtime side: a torch-free driver and a TensorPlay-backed allocator --------

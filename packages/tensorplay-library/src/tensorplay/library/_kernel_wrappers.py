@@ -23,38 +23,47 @@ def _from_package(obj: Any, package: str) -> bool:
 
 
 class TritonKernelWrapper:
-    """A Triton kernel (``@triton.jit`` or any grid-indexable launcher): ``w[grid](*args)``."""
+    """A Triton kernel (``@triton.jit`` or any grid-indexable launcher): ``w[grid](*args)``.
 
-    __slots__ = ("kernel",)
+    A launcher may also offer ``launch_grid(grid, args, kwargs)``, the same launch without
+    the intermediate ``launcher[grid]`` object (``tensorplay.kernels.TritonKernel`` does):
+    it is used when present, since op bodies launch on every call.
+    """
+
+    __slots__ = ("kernel", "launch_grid")
 
     def __init__(self, kernel: Any):
         self.kernel = kernel
+        self.launch_grid = getattr(kernel, "launch_grid", None)
 
     def __getitem__(self, grid: Any) -> _TritonLaunch:
-        return _TritonLaunch(self.kernel, grid)
+        return _TritonLaunch(self, grid)
 
     def __repr__(self) -> str:
         return f"<TritonKernelWrapper {getattr(self.kernel, '__name__', self.kernel)!r}>"
 
 
 class _TritonLaunch:
-    __slots__ = ("kernel", "grid")
+    __slots__ = ("wrapper", "grid")
 
-    def __init__(self, kernel: Any, grid: Any):
-        self.kernel, self.grid = kernel, grid
+    def __init__(self, wrapper: TritonKernelWrapper, grid: Any):
+        self.wrapper, self.grid = wrapper, grid
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # proxies exist only while a capture is live, and a live capture turns the
         # dispatcher's gate off: the common launch skips the argument scan
+        w = self.wrapper
         if not _dispatch.state.plain and contains_proxy((self.grid, *args), kwargs):
-            name = getattr(self.kernel, "__name__", repr(self.kernel))
+            name = getattr(w.kernel, "__name__", repr(w.kernel))
             raise GraphCaptureError(
                 f"wrap_triton({name})[grid](...) was called with symbolic (captured) "
                 "arguments or grid: a Triton launch cannot be traced into. Launch it inside "
                 "an operator defined with @tensorplay.library.triton_op, which the capture "
                 "records as one node"
             )
-        return self.kernel[self.grid](*args, **kwargs)
+        if w.launch_grid is not None:
+            return w.launch_grid(self.grid, args, kwargs)
+        return w.kernel[self.grid](*args, **kwargs)
 
 
 def wrap_triton(kernel: Any) -> TritonKernelWrapper:
