@@ -23,18 +23,19 @@ def variants():
     for act in ("gelu", "gelu_tanh", "tanh", "silu", "relu"):
         for ty in ("bf16", "fp64"):
             acc = f64 if ty == "fp64" else f32
+            half = ty == "bf16"
             out[f"unary-{act}-{ty}"] = (
                 src._unary,
                 {"x_ptr": ty, "out_ptr": ty},
                 {"n": "i32"},
-                {"ACT": act, "ACC": acc, "BLOCK": 4096},
+                {"ACT": act, "ACC": acc, "BLOCK": 4096, "HALF": half},
                 {"num_warps": 8},
             )
             out[f"bias_act-{act}-{ty}"] = (
                 src._bias_act,
                 {"x_ptr": ty, "b_ptr": ty, "out_ptr": ty},
                 {"n": "i32", "n_cols": "i32"},
-                {"ACT": act, "ACC": acc, "BLOCK": 1024},
+                {"ACT": act, "ACC": acc, "BLOCK": 1024, "HALF": half, "WIDE": not half},
                 {},
             )
     out["binary_contig-div-bf16"] = (
@@ -51,6 +52,13 @@ def variants():
         dict.fromkeys(names, "i64"),
         {"OP": "maximum", "CONTIG": False, "ACC": f32, "BLOCK": 2048},
         {},
+    )
+    out["binary-strided-mul-bf16-int32"] = (
+        src._binary,
+        {"a_ptr": "bf16", "b_ptr": "bf16", "out_ptr": "bf16"},
+        dict.fromkeys(names, "i32"),
+        {"OP": "mul", "CONTIG": False, "ACC": f32, "BLOCK": 4096, "WIDE": False},
+        {"num_warps": 8},
     )
     rows = {"x_ptr": "bf16", "out_ptr": "bf16"}
     for op in ("max", "sum", "mean"):

@@ -25,6 +25,7 @@ NAMES = [
     *(f"bias_act-{a}-{t}" for a in ("gelu", "silu") for t in ("bf16", "fp64")),
     "binary_contig-div-bf16",
     "binary-strided-maximum-fp16",
+    "binary-strided-mul-bf16-int32",
     "row_reduce-max",
     "row_reduce-sum",
     "softmax-single",

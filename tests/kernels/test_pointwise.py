@@ -70,6 +70,19 @@ def test_unary_half_types_compute_in_float32(dtype):
     np.testing.assert_allclose(to_numpy(y), NUMPY_UNARY["gelu"](xn), **TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype, ulp", [(tp.float16, 2.0**-10), (tp.bfloat16, 2.0**-7)])
+def test_half_gelu_is_within_one_ulp_of_the_exact_value(dtype, ulp):
+    # half types use a cheaper erf (absolute error <= 1.5e-7, see _one_plus_erf): after
+    # rounding to the half type the result must still be the exact one to within an ulp,
+    # over the whole range, tails included
+    xn = np.linspace(-12.0, 12.0, 4001)
+    x = tp.tensor(xn, dtype=tp.float64).to(dtype)
+    exact = NUMPY_UNARY["gelu"](to_numpy(x))
+    got = to_numpy(tp.ops.tpk.gelu(x))
+    assert np.all(np.abs(got - exact) <= ulp * np.abs(exact) + 1e-6)
+    assert got[0] <= 0 and got[-1] == pytest.approx(12.0, rel=ulp)
+
+
 def test_unary_keeps_precision_at_the_edges():
     x = tp.tensor([-80.0, -1e-6, 1e-8, 0.0, 30.0, float("nan")])  # -80: no denormals
     xn = x.numpy().astype(np.float64)
@@ -201,3 +214,12 @@ def test_bad_arguments_name_the_argument_and_the_fix():
         tp.ops.tpk.bias_act(x, tp.ones(3), "swish")
     with pytest.raises(TypeError, match="tpk::mul: b must be a Tensor"):
         tp.ops.tpk.mul(x, "2")
+
+
+def test_broadcast_kernels_index_in_int64_only_when_offsets_can_pass_int32():
+    from tensorplay.kernels._common import triton_src
+
+    k = triton_src()
+    assert not k.wide_index((1, 1, 1024, 1024), [0, 0, 1024, 1], [0, 0, 0, 1])
+    assert k.wide_index((1, 1, 1 << 16, 1 << 15), [0, 0, 1 << 15, 1], [0, 0, 0, 1])  # 2**31
+    assert k.wide_index((1, 1, 2, 4), [0, 0, 1 << 31, 1], [0, 0, 0, 1])  # a far stride

@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorplay import _device
 
-__all__ = ["Storage", "UntypedStorage", "cpu_empty", "cuda_empty", "ALIGNMENT"]
+__all__ = ["Storage", "UntypedStorage", "CudaStorage", "cpu_empty", "cuda_empty", "ALIGNMENT"]
 
 ALIGNMENT = 64
 _SMALL = 512  # bytes; larger requests get a buffer of their own
@@ -161,6 +161,42 @@ class Storage:
 
 UntypedStorage = Storage
 
+_BUF = Storage._buf  # the slot itself (a member descriptor): CudaStorage fills it lazily
+
+
+class CudaStorage(Storage):
+    """A CUDA storage over a CuPy memory pointer, its byte view (``_buf``) made on first use.
+
+    Most CUDA tensors never need that view (CuPy ops read the typed array, kernels the
+    address) and making a CuPy array costs about as much as the allocation itself, so
+    allocation (``cuda_empty``) and adopted CuPy results (``adopt_array``) make none.
+    """
+
+    __slots__ = ("_mem",)
+
+    def __init__(self, mem, nbytes: int, device):
+        self._mem = mem  # keeps the allocation alive
+        self._start = 0
+        self._nbytes = nbytes
+        self.device = device
+        self._version = 0
+
+    @property
+    def _buf(self):
+        try:
+            return _BUF.__get__(self, CudaStorage)
+        except AttributeError:
+            buf = _device.cupy_or_raise().ndarray((self._nbytes,), _U8, memptr=self._mem)
+            _BUF.__set__(self, buf)
+            return buf
+
+    @_buf.setter
+    def _buf(self, buf) -> None:
+        _BUF.__set__(self, buf)
+
+    def data_ptr(self) -> int:
+        return self._mem.ptr
+
 
 def new_storage(nbytes: int, dev) -> Storage:
     """Allocate an uninitialised storage of ``nbytes`` on ``dev``."""
@@ -168,17 +204,16 @@ def new_storage(nbytes: int, dev) -> Storage:
         _, buf, start = cpu_empty((nbytes,), _U8, nbytes)
         return Storage(buf, start, nbytes, dev)
     if dev.type == "cuda":
-        return cuda_empty(nbytes, dev)[0]
+        return cuda_empty(nbytes, dev)
     return Storage(None, 0, nbytes, dev)
 
 
-def cuda_empty(nbytes: int, dev):
-    """A new CUDA storage of ``nbytes`` on ``dev`` and its CuPy memory pointer (from CuPy's
-    pool, which hands out 512-byte aligned blocks). Allocation of every CUDA result goes
-    through here, so it skips what it can: switching device when ``dev`` is current."""
+def cuda_empty(nbytes: int, dev) -> CudaStorage:
+    """A new CUDA storage of ``nbytes`` on ``dev``, from CuPy's pool (512-byte aligned
+    blocks). Every CUDA result is allocated here, so it skips what it can: switching
+    device when ``dev`` is current, and the byte view (see ``CudaStorage``)."""
     cp = _device.cupy_or_raise()
     if cp.cuda.runtime.getDevice() != dev.index:
         with cp.cuda.Device(dev.index):
             return cuda_empty(nbytes, dev)
-    mem = cp.cuda.alloc(nbytes)
-    return Storage(cp.ndarray((nbytes,), _U8, memptr=mem), 0, nbytes, dev), mem
+    return CudaStorage(cp.cuda.alloc(nbytes), nbytes, dev)

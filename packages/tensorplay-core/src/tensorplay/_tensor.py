@@ -13,7 +13,7 @@ import numpy as np
 
 from tensorplay import _device
 from tensorplay._device import CPU, META
-from tensorplay._storage import Storage, cpu_empty, cuda_empty, new_storage
+from tensorplay._storage import CudaStorage, Storage, cpu_empty, cuda_empty, new_storage
 
 __all__ = ["Tensor", "wrap_array", "make_view", "contiguous_strides", "empty_tensor"]
 
@@ -377,18 +377,22 @@ def _check_bounds(shape, stride, offset, nbytes, dt, op):
 
 def _view_array(storage: Storage, dt, shape, stride, offset):
     """The numpy/CuPy array of a strided view into ``storage`` (None on meta)."""
-    buf = storage._buf
-    if buf is None:
-        return None
     isz = dt.itemsize
     bstrides = tuple(s * isz for s in stride)
     start = storage._start + offset * isz
     if storage.device is CPU:
+        buf = storage._buf
         if 0 in shape:
             return np.ndarray(shape, dt.np, buf, 0 if start > buf.nbytes else start, bstrides)
         return np.ndarray(shape, dt.np, buf, start, bstrides)
-    cp = _device.cupy_or_raise()
-    return cp.ndarray(shape, dt.np, memptr=buf.data + start, strides=bstrides)
+    if type(storage) is CudaStorage:  # no byte view needed (see CudaStorage)
+        mem = storage._mem
+    else:
+        buf = storage._buf
+        if buf is None:  # meta
+            return None
+        mem = buf.data
+    return _device.cupy_or_raise().ndarray(shape, dt.np, memptr=mem + start, strides=bstrides)
 
 
 def _new(cls, data, storage, offset, shape, stride, dt, dev) -> Tensor:
@@ -426,10 +430,10 @@ def empty_tensor(shape: tuple, dt, dev) -> Tensor:
     if dev is CPU:
         arr, buf, start = cpu_empty(shape, dt.np, nbytes)
         return wrap_array(arr, buf, start, dt, dev)
-    if dev.type == "cuda":  # one pool block, viewed as bytes (storage) and as the tensor
-        storage, mem = cuda_empty(nbytes, dev)
-        cp = _device.cupy_or_raise()
-        return _new(Tensor, cp.ndarray(shape, dt.np, memptr=mem), storage, 0, shape, None, dt, dev)
+    if dev.type == "cuda":
+        storage = cuda_empty(nbytes, dev)
+        data = _device.cupy_or_raise().ndarray(shape, dt.np, memptr=storage._mem)
+        return _new(Tensor, data, storage, 0, shape, None, dt, dev)
     storage = new_storage(nbytes, dev)
     data = _view_array(storage, dt, shape, contiguous_strides(shape), 0)
     return _new(Tensor, data, storage, 0, shape, None, dt, dev)
@@ -439,7 +443,7 @@ def adopt_array(arr, dt, dev) -> Tensor:
     """A tensor holding ``arr``: a copy in fresh aligned storage on CPU (numpy's own
     buffers are only 16-byte aligned); CuPy's contiguous results are kept as they are."""
     if dev is not CPU and arr.flags.c_contiguous:
-        storage = Storage(arr.reshape(-1).view("uint8"), 0, arr.nbytes, dev)
+        storage = CudaStorage(arr.data, arr.nbytes, dev)
         return _new(Tensor, arr, storage, 0, arr.shape, None, dt, dev)
     out = empty_tensor(arr.shape, dt, dev)
     if out._data is not None and out._data.size:

@@ -65,11 +65,13 @@ def _make_unary(name: str) -> library.CustomOpDef:
         check_tensor(qualname, "x", x)
         k = ensure_triton(qualname, x.device.type)
         x = x.contiguous()
-        out = tp.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
-        n = x.numel()
+        shape = x.shape
+        out = tp.empty(shape, dtype=x.dtype, device=x.device)
+        n = math.prod(shape)
         if n:
             grid, meta = k.elementwise_launch(n)
-            k.unary[grid](x, out, n, ACT=name, ACC=acc_type(x.dtype), **meta)
+            half = k.is_half(x.dtype)
+            k.unary[grid](x, out, n, ACT=name, ACC=acc_type(x.dtype), HALF=half, **meta)
         return out
 
     body.__name__ = name
@@ -144,9 +146,10 @@ def _make_binary(name: str) -> library.CustomOpDef:
         check_same(qualname, ("a", "b"), a, b)
         k = ensure_triton(qualname, a.device.type)
         acc = k.ACC_TYPES[a.dtype]
-        if a.shape == b.shape and a.is_contiguous() and b.is_contiguous():
-            out = tp.empty(a.shape, dtype=a.dtype, device=a.device)
-            n = out.numel()
+        shape = a.shape
+        if shape == b.shape and a.is_contiguous() and b.is_contiguous():
+            out = tp.empty(shape, dtype=a.dtype, device=a.device)
+            n = math.prod(shape)
             if n:
                 grid, meta = k.elementwise_launch(n)
                 k.binary_contig[grid](a, b, out, n, OP=name, ACC=acc, **meta)
@@ -163,7 +166,10 @@ def _make_binary(name: str) -> library.CustomOpDef:
             return out
         s4 = [1] * (4 - len(shape)) + list(shape)
         sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
-        k.binary[grid](a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc, **meta)
+        wide = k.wide_index(s4, sa, sb)
+        k.binary[grid](
+            a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc, WIDE=wide, **meta
+        )
         return out
 
     body.__name__ = name
@@ -225,7 +231,16 @@ def bias_act(x: tp.Tensor, bias: tp.Tensor, activation: str = "gelu") -> tp.Tens
     if n:
         grid, meta = k.elementwise_launch(n)
         k.bias_act[grid](
-            x, bias, out, n, x.shape[-1], ACT=activation, ACC=acc_type(x.dtype), **meta
+            x,
+            bias,
+            out,
+            n,
+            x.shape[-1],
+            ACT=activation,
+            ACC=acc_type(x.dtype),
+            HALF=k.is_half(x.dtype),
+            WIDE=n > k.INT32_MAX,
+            **meta,
         )
     return out
 

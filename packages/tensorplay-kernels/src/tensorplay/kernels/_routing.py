@@ -61,7 +61,15 @@ def _unary_route(act: str) -> Callable[..., Any]:
         out = xp.empty(a.shape, dtype=a.dtype)
         k = triton_src()
         grid, meta = k.elementwise_launch(a.size)
-        k.unary[grid](_ptr(a, dt), _ptr(out, dt), a.size, ACT=act, ACC=k.ACC_TYPES[dt], **meta)
+        k.unary[grid](
+            _ptr(a, dt),
+            _ptr(out, dt),
+            a.size,
+            ACT=act,
+            ACC=k.ACC_TYPES[dt],
+            HALF=k.is_half(dt),
+            **meta,
+        )
         return out
 
     return run
@@ -101,17 +109,19 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             )
             return out
         shape4 = (1,) * (4 - len(shape)) + shape
+        sa, sb = _elem_strides(a, shape4), _elem_strides(b, shape4)
         k.binary[grid](
             _ptr(a, dt),
             _ptr(b, dt),
             _ptr(out, dt),
             n,
             *shape4[1:],
-            *_elem_strides(a, shape4),
-            *_elem_strides(b, shape4),
+            *sa,
+            *sb,
             OP=op,
             CONTIG=False,
             ACC=k.ACC_TYPES[dt],
+            WIDE=k.wide_index(shape4, sa, sb),
             **meta,
         )
         return out

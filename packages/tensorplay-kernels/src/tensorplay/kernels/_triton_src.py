@@ -7,10 +7,13 @@ between compiled CUDA kernels and the CPU interpreter (see ``_capability.import_
 Conventions: pointers are typed by the tensors passed for them; ``ACC`` is the
 accumulation type (float32 for half types and float32, float64 for float64); ``OP`` /
 ``ACT`` are strings resolved at compile time, so each variant is its own kernel.
-Offsets are int64 so tensors of more than 2**31 elements index correctly.
+Offsets are int64 so tensors of more than 2**31 elements index correctly; kernels that
+divide offsets (broadcasting, bias) use int32 when ``wide_index`` says they fit.
 """
 
 from __future__ import annotations
+
+import math
 
 from tensorplay.kernels._capability import import_triton
 
@@ -44,10 +47,43 @@ def elementwise_launch(n: int) -> tuple[tuple[int], dict]:
     return ((n + block - 1) // block,), {"BLOCK": block, "num_warps": warps}
 
 
+INT32_MAX = (1 << 31) - 1
+
+
+def wide_index(shape: tuple[int, ...], *strides: list[int]) -> bool:
+    """Whether an elementwise launch over ``shape`` (inputs read with the element
+    ``strides``, one list per input) can meet an offset past ``2**31 - 1``: the kernels
+    then index in 64-bit (``WIDE``)."""
+    if math.prod(shape) > INT32_MAX:
+        return True
+    return any(sum((n - 1) * abs(st) for n, st in zip(shape, sts)) > INT32_MAX for sts in strides)
+
+
+def is_half(dtype: object) -> bool:
+    """float16/bfloat16 (``HALF``): results rounded to half precision."""
+    return dtype is tp.float16 or dtype is tp.bfloat16
+
+
 # ---- elementwise ------------------------------------------------------------------------
 
 
-def _activation(x, ACT: tl.constexpr):
+def _one_plus_erf(z):
+    # 1 + erf(z) for results that are rounded to float16/bfloat16 (HALF): Abramowitz &
+    # Stegun 7.1.26, erfc(|z|) ~ t*P(t)*exp(-z*z) with t = 1/(1 + p|z|), absolute error
+    # <= 1.5e-7 -- far below half-precision rounding (bfloat16 keeps ~2.4 digits). About
+    # half the instructions of libdevice's erf, which made half-precision gelu
+    # compute-bound on the H200 (66% of copy bandwidth); for negative z it is computed as
+    # erfc directly, without the cancellation of 1 + erf.
+    a = tl.abs(z)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = 0.254829592 + t * (
+        -0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))
+    )
+    erfc = t * poly * tl.exp(-a * a)
+    return tl.where(z >= 0, 2.0 - erfc, erfc)
+
+
+def _activation(x, ACT: tl.constexpr, HALF: tl.constexpr):
     # Written out (no tl.sigmoid / libdevice tanh) so the same code runs on the interpreter,
     # and in forms that keep full relative precision: sigmoid never computes exp of a large
     # positive number, tanh switches to its Taylor series near 0 (where 1 - exp(-2|x|)
@@ -55,7 +91,10 @@ def _activation(x, ACT: tl.constexpr):
     if ACT == "relu":
         y = tl.where(x < 0, 0.0, x)  # NaN stays NaN, like numpy's maximum
     elif ACT == "gelu":
-        y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        if HALF:
+            y = 0.5 * x * one_plus_erf(x * 0.7071067811865476)
+        else:
+            y = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
     elif ACT == "gelu_tanh":
         z = 0.7978845608028654 * (x + 0.044715 * x * x * x)
         y = 0.5 * x * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0))
@@ -105,11 +144,19 @@ def _binary_op(a, b, OP: tl.constexpr):
     return y
 
 
-def _unary(x_ptr, out_ptr, n, ACT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr):
+def _unary(
+    x_ptr,
+    out_ptr,
+    n,
+    ACT: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HALF: tl.constexpr = False,
+):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask).to(ACC)
-    y = activation(x, ACT)
+    y = activation(x, ACT, HALF)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -146,10 +193,17 @@ def _binary(
     CONTIG: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,
+    WIDE: tl.constexpr = True,
 ):
     # The output is contiguous with shape (s0, s1, s2, s3); inputs are read through their
     # own element strides (0 along broadcast dimensions), so nothing is expanded in memory.
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    # Index arithmetic is 32-bit unless an offset can pass 2**31 - 1 (WIDE, see
+    # ``wide_index``): 64-bit division is emulated on GPUs and made half-precision
+    # broadcasting compute-bound.
+    if WIDE:
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     if CONTIG:
         a_off = offs
@@ -170,13 +224,25 @@ def _binary(
 
 
 def _bias_act(
-    x_ptr, b_ptr, out_ptr, n, n_cols, ACT: tl.constexpr, ACC: tl.constexpr, BLOCK: tl.constexpr
+    x_ptr,
+    b_ptr,
+    out_ptr,
+    n,
+    n_cols,
+    ACT: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HALF: tl.constexpr = False,
+    WIDE: tl.constexpr = True,
 ):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if WIDE:  # as in _binary: 32-bit offsets (and modulo) when they fit
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    else:
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask).to(ACC)
     b = tl.load(b_ptr + offs % n_cols, mask=mask).to(ACC)
-    y = activation(x + b, ACT)
+    y = activation(x + b, ACT, HALF)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -442,7 +508,9 @@ def _matmul(
 ):
     # Programs are ordered in groups of GROUP_M row-blocks so neighbouring programs share
     # tiles of B in L2 (the classic Triton matmul schedule); accumulation is float32
-    # (float64 for float64), the result is cast to C's type.
+    # (float64 for float64), the result is cast to C's type. Rows of A and columns of B
+    # past the edge are read wrapped around (``% M``, ``% N``) instead of masked: the
+    # loads stay unmasked along M/N (vectorised, pipelined) and the store drops them.
     pid = tl.program_id(0)
     num_m = tl.cdiv(M, BLOCK_M)
     num_n = tl.cdiv(N, BLOCK_N)
@@ -454,13 +522,13 @@ def _matmul(
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + rm.to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
-    b_ptrs = b_ptr + rk[:, None] * stride_bk + rn.to(tl.int64)[None, :] * stride_bn
+    a_ptrs = a_ptr + (rm % M).to(tl.int64)[:, None] * stride_am + rk[None, :] * stride_ak
+    b_ptrs = b_ptr + rk[:, None] * stride_bk + (rn % N).to(tl.int64)[None, :] * stride_bn
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=ACC)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
-        b = tl.load(b_ptrs, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=rk[:, None] < k_left, other=0.0)
         if UPCAST:  # the CPU interpreter has no bfloat16 dot: multiply in float32
             a = a.to(tl.float32)
             b = b.to(tl.float32)
@@ -473,6 +541,7 @@ def _matmul(
 
 _MM_CONFIGS = [
     {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4},
     {"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 3},
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 8, "num_stages": 4},
     {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "num_warps": 4, "num_stages": 4},
@@ -487,6 +556,7 @@ _FMA_CONFIGS = [
 
 # device functions the kernels above call
 activation = triton.jit(_activation)
+one_plus_erf = triton.jit(_one_plus_erf)
 _combine = triton.jit(_binary_op)
 unary = wrap_triton(kernel(_unary))
 binary = wrap_triton(kernel(_binary))
