@@ -73,3 +73,32 @@ def test_cuda_round_trip_and_stream(device):
         x + tp.ones(4, 4, device="cuda")
     # a 0-d CPU tensor acts as a scalar next to CUDA tensors, as in torch
     assert (g + tp.tensor(1.0)).device == g.device
+
+
+def test_cuda_storage_byte_view_is_made_on_demand_and_shares_memory(device):
+    if device != "cuda":
+        pytest.skip("CUDA-only behaviour")
+    from tensorplay._storage import _BUF, CudaStorage
+
+    for t in (tp.empty(3, 5, device="cuda"), tp.ones(7, device="cuda") * 2):  # new, adopted
+        st = t.untyped_storage()
+        assert type(st) is CudaStorage
+        with pytest.raises(AttributeError):
+            _BUF.__get__(st, CudaStorage)  # no byte view yet
+        assert t.data_ptr() == st.data_ptr() == t._data.data.ptr
+        view = st.bytes_view()  # made now, over the same memory
+        assert view.dtype == np.uint8 and view.size == st.nbytes() == t.numel() * 4
+        assert view.data.ptr == t.data_ptr() and _BUF.__get__(st, CudaStorage) is st._buf
+        t.fill_(0.0)
+        assert int(view.sum()) == 0
+        t.fill_(1.0)
+        assert int(view.sum()) == t.numel() * (0x80 + 0x3F)  # bytes of float32 1.0
+    # views of such storages read the right memory without building the byte view
+    g = tp.arange(12.0, device="cuda").reshape(3, 4)
+    assert g[1:, ::2].tolist() == [[4.0, 6.0], [8.0, 10.0]]
+    assert g.t().contiguous().cpu().tolist() == [
+        [0.0, 4.0, 8.0],
+        [1.0, 5.0, 9.0],
+        [2.0, 6.0, 10.0],
+        [3.0, 7.0, 11.0],
+    ]
