@@ -46,7 +46,6 @@ def variants():
         {"num_warps": 8},
     )
     names = ("n", "s1", "s2", "s3", "as0", "as1", "as2", "as3", "bs0", "bs1", "bs2", "bs3")
-    names += ("magic1", "magic2", "magic3", "shift1", "shift2", "shift3")
     out["binary-strided-maximum-fp16"] = (
         src._binary,
         {"a_ptr": "fp16", "b_ptr": "fp16", "out_ptr": "fp16"},
@@ -59,23 +58,6 @@ def variants():
         {"a_ptr": "bf16", "b_ptr": "bf16", "out_ptr": "bf16"},
         dict.fromkeys(names, "i32"),
         {"OP": "mul", "CONTIG": False, "ACC": f32, "BLOCK": 4096, "WIDE": False},
-        {"num_warps": 8},
-    )
-    # padded size-1 dimensions: Triton specialises integer arguments equal to 1 as
-    # constants, so the division helpers meet constexprs there
-    ones = ("s1", "s2", "magic1", "magic2")
-    out["binary-strided-mul-bf16-int32-ones"] = (
-        src._binary,
-        {"a_ptr": "bf16", "b_ptr": "bf16", "out_ptr": "bf16"},
-        {k: "i32" for k in names if k not in ones},
-        {
-            **dict.fromkeys(ones, 1),
-            "OP": "mul",
-            "CONTIG": False,
-            "ACC": f32,
-            "BLOCK": 4096,
-            "WIDE": False,
-        },
         {"num_warps": 8},
     )
     rows = {"x_ptr": "bf16", "out_ptr": "bf16"}

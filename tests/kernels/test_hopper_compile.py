@@ -26,7 +26,6 @@ NAMES = [
     "binary_contig-div-bf16",
     "binary-strided-maximum-fp16",
     "binary-strided-mul-bf16-int32",
-    "binary-strided-mul-bf16-int32-ones",
     "row_reduce-max",
     "row_reduce-sum",
     "softmax-single",

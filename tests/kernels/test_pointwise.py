@@ -223,31 +223,3 @@ def test_broadcast_kernels_index_in_int64_only_when_offsets_can_pass_int32():
     assert not k.wide_index((1, 1, 1024, 1024), [0, 0, 1024, 1], [0, 0, 0, 1])
     assert k.wide_index((1, 1, 1 << 16, 1 << 15), [0, 0, 1 << 15, 1], [0, 0, 0, 1])  # 2**31
     assert k.wide_index((1, 1, 2, 4), [0, 0, 1 << 31, 1], [0, 0, 0, 1])  # a far stride
-
-
-def test_fast_divisor_matches_integer_division_over_the_int32_range():
-    from tensorplay.kernels._common import triton_src
-
-    k = triton_src()
-    rng = np.random.default_rng(0)
-    n = np.concatenate([np.arange(5000), rng.integers(0, 2**31, 20000), [2**31 - 1]])
-    n = n.astype(np.uint64)
-    for d in [*range(1, 300), 1023, 1024, 1025, 65535, 65536, 2**20 + 7, 2**30, 2**31 - 1]:
-        magic, shift = k.fast_divisor(d)
-        assert 0 < magic < 2**32
-        high = (n * np.uint64(magic)) >> np.uint64(32)  # umulhi in 32 bits
-        assert np.all(high + n < 2**32)  # the kernel's unsigned 32-bit sum cannot wrap
-        assert np.array_equal((high + n) >> np.uint64(shift), n // np.uint64(d))
-    with pytest.raises(ValueError, match="divisor"):
-        k.fast_divisor(0)
-
-
-def test_broadcasting_with_odd_sizes_in_every_dimension():
-    a, an = rand(3, 5, 7, 11, seed=3)
-    b, bn = rand(5, 1, 11, seed=4)
-    np.testing.assert_allclose(to_numpy(tp.ops.tpk.mul(a, b)), an * bn, **TOL[tp.float32])
-    np.testing.assert_allclose(  # a strided view against a 4-d broadcast
-        to_numpy(tp.ops.tpk.sub(b.reshape(5, 1, 1, 11), a.transpose(0, 1))),
-        bn.reshape(5, 1, 1, 11) - an.transpose(1, 0, 2, 3),
-        **TOL[tp.float32],
-    )

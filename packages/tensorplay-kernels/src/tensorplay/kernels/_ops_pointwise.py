@@ -168,19 +168,7 @@ def _make_binary(name: str) -> library.CustomOpDef:
         sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
         wide = k.wide_index(s4, sa, sb)
         k.binary[grid](
-            a,
-            b,
-            out,
-            n,
-            *s4[1:],
-            *sa,
-            *sb,
-            *k.divisors(s4[1:]),
-            OP=name,
-            CONTIG=False,
-            ACC=acc,
-            WIDE=wide,
-            **meta,
+            a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc, WIDE=wide, **meta
         )
         return out
 

@@ -118,7 +118,6 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             *shape4[1:],
             *sa,
             *sb,
-            *k.divisors(shape4[1:]),
             OP=op,
             CONTIG=False,
             ACC=k.ACC_TYPES[dt],

@@ -59,24 +59,6 @@ def wide_index(shape: tuple[int, ...], *strides: list[int]) -> bool:
     return any(sum((n - 1) * abs(st) for n, st in zip(shape, sts)) > INT32_MAX for sts in strides)
 
 
-def fast_divisor(d: int) -> tuple[int, int]:
-    """``(magic, shift)`` such that ``n // d == (umulhi(n, magic) + n) >> shift`` for
-    ``0 <= n < 2**31`` in unsigned 32-bit arithmetic (the multiply-shift division of
-    PyTorch's ``IntDivider``; Granlund & Montgomery): ``shift`` is the smallest ``s``
-    with ``2**s >= d``."""
-    if not 1 <= d <= INT32_MAX:
-        raise ValueError(f"fast_divisor: the divisor must be in [1, 2**31), got {d}")
-    shift = (d - 1).bit_length()
-    return ((1 << 32) * ((1 << shift) - d)) // d + 1, shift
-
-
-def divisors(sizes: list[int] | tuple[int, ...]) -> list[int]:
-    """The ``magic1..3, shift1..3`` arguments of the broadcasting kernel for the output
-    sizes ``(s1, s2, s3)`` (a size of 0 never reaches a launch)."""
-    pairs = [fast_divisor(max(d, 1)) for d in sizes]
-    return [m for m, _ in pairs] + [k for _, k in pairs]
-
-
 def is_half(dtype: object) -> bool:
     """float16/bfloat16 (``HALF``): results rounded to half precision."""
     return dtype is tp.float16 or dtype is tp.bfloat16
@@ -93,7 +75,7 @@ def _one_plus_erf(z):
     # compute-bound on the H200 (66% of copy bandwidth); for negative z it is computed as
     # erfc directly, without the cancellation of 1 + erf.
     a = tl.abs(z)
-    t = tl.fdiv(1.0, 1.0 + 0.3275911 * a)  # the fast (2-ulp) reciprocal is plenty here
+    t = 1.0 / (1.0 + 0.3275911 * a)
     poly = 0.254829592 + t * (
         -0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))
     )
@@ -162,18 +144,6 @@ def _binary_op(a, b, OP: tl.constexpr):
     return y
 
 
-def _divmod(x, d, magic, shift, WIDE: tl.constexpr):
-    # (x // d, x % d) for offsets x >= 0; unless WIDE, x < 2**31 and the quotient is
-    # (umulhi(x, magic) + x) >> shift in unsigned 32-bit arithmetic (no overflow there)
-    if WIDE:
-        q = x // d
-    else:
-        u = x.to(tl.uint32)
-        m = tl.cast(magic, tl.uint32)
-        q = ((tl.umulhi(u, m) + u) >> tl.cast(shift, tl.uint32)).to(tl.int32)
-    return q, x - q * d
-
-
 def _unary(
     x_ptr,
     out_ptr,
@@ -219,12 +189,6 @@ def _binary(
     bs1,
     bs2,
     bs3,
-    magic1,
-    magic2,
-    magic3,
-    shift1,
-    shift2,
-    shift3,
     OP: tl.constexpr,
     CONTIG: tl.constexpr,
     ACC: tl.constexpr,
@@ -234,9 +198,8 @@ def _binary(
     # The output is contiguous with shape (s0, s1, s2, s3); inputs are read through their
     # own element strides (0 along broadcast dimensions), so nothing is expanded in memory.
     # Index arithmetic is 32-bit unless an offset can pass 2**31 - 1 (WIDE, see
-    # ``wide_index``), and divides by the sizes with multiply-shift (``magic``/``shift``
-    # from ``fast_divisor``): GPUs have no integer divider, and the division loops made
-    # half-precision broadcasting compute-bound.
+    # ``wide_index``): 64-bit division is emulated on GPUs and made half-precision
+    # broadcasting compute-bound.
     if WIDE:
         offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     else:
@@ -246,9 +209,12 @@ def _binary(
         a_off = offs
         b_off = offs
     else:
-        r, i3 = divmod_(offs, s3, magic3, shift3, WIDE)
-        r, i2 = divmod_(r, s2, magic2, shift2, WIDE)
-        i0, i1 = divmod_(r, s1, magic1, shift1, WIDE)
+        i3 = offs % s3
+        r = offs // s3
+        i2 = r % s2
+        r = r // s2
+        i1 = r % s1
+        i0 = r // s1
         a_off = i0 * as0 + i1 * as1 + i2 * as2 + i3 * as3
         b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
     a = tl.load(a_ptr + a_off, mask=mask).to(ACC)
@@ -591,7 +557,6 @@ _FMA_CONFIGS = [
 # device functions the kernels above call
 activation = triton.jit(_activation)
 one_plus_erf = triton.jit(_one_plus_erf)
-divmod_ = triton.jit(_divmod)
 _combine = triton.jit(_binary_op)
 unary = wrap_triton(kernel(_unary))
 binary = wrap_triton(kernel(_binary))
