@@ -60,6 +60,14 @@ def variants():
         {"OP": "mul", "CONTIG": False, "ACC": f32, "BLOCK": 4096, "WIDE": False},
         {"num_warps": 8},
     )
+    row_names = ("s1", "s2", "s3", "as0", "as1", "as2", "as3", "bs0", "bs1", "bs2")
+    out["binary_rows-mul-bf16"] = (  # bs3 = 1: contiguous along the last dimension
+        src._binary_rows,
+        {"a_ptr": "bf16", "b_ptr": "bf16", "out_ptr": "bf16"},
+        dict.fromkeys(row_names, "i32"),
+        {"bs3": 1, "OP": "mul", "ACC": f32, "BLOCK": 1024},
+        {"num_warps": 4},
+    )
     rows = {"x_ptr": "bf16", "out_ptr": "bf16"}
     for op in ("max", "sum", "mean"):
         out[f"row_reduce-{op}"] = (

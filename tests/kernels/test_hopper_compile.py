@@ -26,6 +26,7 @@ NAMES = [
     "binary_contig-div-bf16",
     "binary-strided-maximum-fp16",
     "binary-strided-mul-bf16-int32",
+    "binary_rows-mul-bf16",
     "row_reduce-max",
     "row_reduce-sum",
     "softmax-single",

@@ -223,3 +223,28 @@ def test_broadcast_kernels_index_in_int64_only_when_offsets_can_pass_int32():
     assert not k.wide_index((1, 1, 1024, 1024), [0, 0, 1024, 1], [0, 0, 0, 1])
     assert k.wide_index((1, 1, 1 << 16, 1 << 15), [0, 0, 1 << 15, 1], [0, 0, 0, 1])  # 2**31
     assert k.wide_index((1, 1, 2, 4), [0, 0, 1 << 31, 1], [0, 0, 0, 1])  # a far stride
+
+
+@pytest.mark.parametrize(
+    "shape_a, shape_b",
+    [
+        ((3, 300), (300,)),  # a per-column vector: the bias/scale pattern
+        ((2, 4, 1, 300), (5, 300)),  # broadcasting on both sides
+        ((3, 1), (3, 300)),  # the vector along the long dimension is the other way
+        ((2, 3, 5, 260), (1, 3, 1, 260)),
+    ],
+)
+def test_broadcasting_over_a_long_last_dimension(shape_a, shape_b):
+    # a last dimension >= 256 runs the row kernel (_binary_rows), shorter ones _binary
+    a, an = rand(*shape_a, seed=5)
+    b, bn = rand(*shape_b, seed=6)
+    for name in ("mul", "sub"):
+        got = to_numpy(getattr(tp.ops.tpk, name)(a, b))
+        np.testing.assert_allclose(got, NUMPY_BINARY[name](an, bn), **TOL[tp.float32])
+
+
+def test_row_kernel_reads_strided_views_in_place():
+    a, an = rand(300, 4, seed=7)
+    b, bn = rand(4, 1, seed=8)
+    got = tp.ops.tpk.add(a.t(), b)  # last-dimension stride 4 for a, 0 for b
+    np.testing.assert_allclose(to_numpy(got), an.T + bn, **TOL[tp.float32])

@@ -169,6 +169,14 @@ def _elementwise():
             ms = gpu_ms(fn, *args)
             rate = gbps(nbytes, ms)
             rows.append(_row(case, ms, rate, "GB/s", rate / copy, 0.90))
+            if torch is not None and "add" not in case:  # reference: the same op in torch
+                targs = [torch.from_dlpack(t.contiguous() if t.dim() else t) for t in args]
+                tfn = torch.nn.functional.gelu if "gelu" in case else torch.mul
+                tms = gpu_ms(tfn, *targs)
+                trate = gbps(nbytes, tms)
+                rows.append(
+                    _row(case.replace("tpk.", "torch "), tms, trate, "GB/s", trate / copy, None)
+                )
     # the core op routed through enable() vs its CuPy kernel
     a, b = randn(N_ELEM), randn(N_ELEM)
     tpk.disable()

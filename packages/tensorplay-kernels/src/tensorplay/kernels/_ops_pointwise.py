@@ -159,17 +159,13 @@ def _make_binary(name: str) -> library.CustomOpDef:
         n = out.numel()
         if n == 0:
             return out
-        grid, meta = k.elementwise_launch(n)
-        if len(shape) > 4:  # the strided kernel walks at most 4 dimensions
+        if len(shape) > 4:  # the strided kernels walk at most 4 dimensions
+            grid, meta = k.elementwise_launch(n)
             a, b = a.expand(*shape).contiguous(), b.expand(*shape).contiguous()
             k.binary_contig[grid](a, b, out, n, OP=name, ACC=acc, **meta)
             return out
-        s4 = [1] * (4 - len(shape)) + list(shape)
-        sa, sb = _padded(a, tuple(s4)), _padded(b, tuple(s4))
-        wide = k.wide_index(s4, sa, sb)
-        k.binary[grid](
-            a, b, out, n, *s4[1:], *sa, *sb, OP=name, CONTIG=False, ACC=acc, WIDE=wide, **meta
-        )
+        s4 = (1,) * (4 - len(shape)) + shape
+        k.launch_broadcast(a, b, out, s4, _padded(a, s4), _padded(b, s4), name, acc)
         return out
 
     body.__name__ = name

@@ -110,20 +110,8 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             return out
         shape4 = (1,) * (4 - len(shape)) + shape
         sa, sb = _elem_strides(a, shape4), _elem_strides(b, shape4)
-        k.binary[grid](
-            _ptr(a, dt),
-            _ptr(b, dt),
-            _ptr(out, dt),
-            n,
-            *shape4[1:],
-            *sa,
-            *sb,
-            OP=op,
-            CONTIG=False,
-            ACC=k.ACC_TYPES[dt],
-            WIDE=k.wide_index(shape4, sa, sb),
-            **meta,
-        )
+        args = (_ptr(a, dt), _ptr(b, dt), _ptr(out, dt))
+        k.launch_broadcast(*args, shape4, sa, sb, op, k.ACC_TYPES[dt])
         return out
 
     return run

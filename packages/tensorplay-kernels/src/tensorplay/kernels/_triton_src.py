@@ -47,6 +47,29 @@ def elementwise_launch(n: int) -> tuple[tuple[int], dict]:
     return ((n + block - 1) // block,), {"BLOCK": block, "num_warps": warps}
 
 
+def launch_broadcast(a, b, out, shape4, sa, sb, op: str, acc) -> None:
+    """``out = op(a, b)`` over the contiguous 4-d ``shape4``, the inputs read through their
+    element strides ``sa``/``sb`` (0 along broadcast dimensions; tensors or ``Pointer``s).
+
+    A last dimension of 256 or more runs ``_binary_rows`` (per-program row indexing,
+    vectorised loads); shorter ones the flat ``_binary`` over all elements.
+    """
+    rows = shape4[0] * shape4[1] * shape4[2]
+    cols = shape4[3]
+    block = min(4096, 1 << (cols - 1).bit_length())
+    if cols >= 256 and (cols + block - 1) // block <= 65535:  # the grid's y-limit
+        grid = (rows, (cols + block - 1) // block)
+        meta = {"BLOCK": block, "num_warps": 8 if block >= 4096 else 4}
+        binary_rows[grid](a, b, out, *shape4[1:], *sa, *sb, OP=op, ACC=acc, **meta)
+        return
+    n = rows * cols
+    grid, meta = elementwise_launch(n)
+    wide = wide_index(shape4, sa, sb)
+    binary[grid](
+        a, b, out, n, *shape4[1:], *sa, *sb, OP=op, CONTIG=False, ACC=acc, WIDE=wide, **meta
+    )
+
+
 INT32_MAX = (1 << 31) - 1
 
 
@@ -221,6 +244,46 @@ def _binary(
     b = tl.load(b_ptr + b_off, mask=mask, other=1).to(ACC)  # 1: no 0/0 in masked lanes
     y = _combine(a, b, OP)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _binary_rows(
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    s1,
+    s2,
+    s3,
+    as0,
+    as1,
+    as2,
+    as3,
+    bs0,
+    bs1,
+    bs2,
+    bs3,
+    OP: tl.constexpr,
+    ACC: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    # Broadcasting with a long last dimension: one program per (output row, block of the
+    # last dimension). The row index splits into (i0, i1, i2) once per program, not per
+    # element, and along the last dimension each input is read at its own stride: when
+    # that is 1 (Triton then knows it) or 0, the loads are contiguous and vectorised --
+    # the per-element index arithmetic and scalar loads of ``_binary`` made
+    # half-precision broadcasting compute-bound.
+    row = tl.program_id(0)
+    i2 = row % s2
+    r = row // s2
+    i1 = r % s1
+    i0 = r // s1
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < s3
+    a_row = i0.to(tl.int64) * as0 + i1.to(tl.int64) * as1 + i2.to(tl.int64) * as2
+    b_row = i0.to(tl.int64) * bs0 + i1.to(tl.int64) * bs1 + i2.to(tl.int64) * bs2
+    a = tl.load(a_ptr + a_row + cols.to(tl.int64) * as3, mask=mask).to(ACC)
+    b = tl.load(b_ptr + b_row + cols.to(tl.int64) * bs3, mask=mask, other=1).to(ACC)
+    y = _combine(a, b, OP)
+    tl.store(out_ptr + row.to(tl.int64) * s3 + cols, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 def _bias_act(
@@ -561,6 +624,7 @@ _combine = triton.jit(_binary_op)
 unary = wrap_triton(kernel(_unary))
 binary = wrap_triton(kernel(_binary))
 binary_contig = wrap_triton(kernel(_binary_contig))
+binary_rows = wrap_triton(kernel(_binary_rows))
 bias_act = wrap_triton(kernel(_bias_act))
 row_reduce = wrap_triton(kernel(_row_reduce))
 softmax = wrap_triton(kernel(_softmax))
