@@ -108,7 +108,16 @@ def test_replay_passes_arguments_in_signature_order_with_defaults():
 
 @pytest.mark.parametrize(
     "change",
-    ["dtype", "misaligned", "n_not_multiple_of_16", "n_is_one", "n_int64", "constexpr", "kwarg"],
+    [
+        "dtype",
+        "misaligned",
+        "n_not_multiple_of_16",
+        "n_is_one",
+        "n_int64",
+        "n_uint64",
+        "constexpr",
+        "kwarg",
+    ],
 )
 def test_a_different_specialisation_is_not_replayed(change):
     fl, k = _launcher(), FakeCompiled()
@@ -125,6 +134,9 @@ def test_a_different_specialisation_is_not_replayed(change):
         args = (x, y, 1)
     elif change == "n_int64":
         args = (x, y, 1 << 33)
+    elif change == "n_uint64":
+        fl.record(k, (x, y, 1 << 33), {"OP": "add"})  # i64 seen; u64 is another type
+        args = (x, y, 1 << 63)
     elif change == "constexpr":
         kwargs = {"OP": "mul"}
     elif change == "kwarg":

@@ -10,10 +10,11 @@ with TensorPlay tensors, more than a small kernel runs for.
 first time and calls its launcher directly afterwards. The signature holds everything
 Triton specialises on and more (so it can only be finer than Triton's key, never
 coarser): per tensor its dtype, device and 16-byte alignment (dtypes and devices are
-interned, so their ids stand for them: hashing a device runs Python code); per int whether it is 1,
-a multiple of 16 and its integer width; the value of every constexpr and option; the
-current device; and, for an autotuned kernel, the values of its ``key`` arguments (the
-autotuner's own cache key). A signature not seen before takes Triton's full path once.
+interned, so their ids stand for them: hashing a device runs Python code); per int
+whether it is 1, a multiple of 16, and its type (i32/i64/u64); the value of every
+constexpr and option; the current device; and, for an autotuned kernel, the values of
+its ``key`` arguments (the autotuner's own cache key). A signature not seen before takes
+Triton's full path once.
 
 Not replayed (Triton's full path runs instead): launches while a launch hook is
 installed (profilers such as proton read the metadata it builds), configs with a
@@ -33,7 +34,12 @@ from tensorplay._tensor import Tensor, data_ptr_of
 
 __all__ = ["FastLauncher"]
 
-_I32 = (-(1 << 31), 1 << 31)
+
+def _int_width(v: int) -> int:
+    """Triton's integer argument type: i32, i64, or u64 (returned as 32, 64, 65)."""
+    if -(1 << 31) <= v < 1 << 31:
+        return 32
+    return 64 if -(1 << 63) <= v < 1 << 63 else 65
 
 
 class _Unsupported(Exception):
@@ -90,7 +96,7 @@ class FastLauncher:
         if name in self.constexpr or isinstance(value, self.const_types):
             return (t, value), value  # an unhashable value fails the cache lookup: no replay
         if t is int:
-            return (int, value == 1, not value % 16, _I32[0] <= value < _I32[1]), value
+            return (int, value == 1, not value % 16, _int_width(value)), value
         if t is float:
             return float, value
         raise _Unsupported
