@@ -302,6 +302,9 @@ def user_call(row, targs: tuple, params: dict, out, inplace) -> tuple:
     return fn, tuple(args), kwargs
 
 
+_NO_ARG = object()  # overridable's wrapper: called without a positional argument
+
+
 def overridable(fn: Callable) -> Callable:
     """Make a hand-written public function or method (``tp.max``, ``Tensor.to``,
     ``Tensor.__getitem__``) honour the protocol itself (op-table functions do it in the
@@ -311,7 +314,13 @@ def overridable(fn: Callable) -> Callable:
         return fn
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(first=_NO_ARG, /, *args, **kwargs):
+        # the commonest call, a method with no other argument (x.dim(), x.is_contiguous(),
+        # x.data_ptr() in op bodies), is checked without packing the arguments
+        if not args and not kwargs and type(first) is Tensor and state.plain:
+            return fn(first)
+        if first is not _NO_ARG:
+            args = (first, *args)
         if not state.plain or _dispatch._unusual(args, kwargs):
             relevant = _flatten(list(args) + list(kwargs.values()))
             if has_tensorplay_function(relevant):
