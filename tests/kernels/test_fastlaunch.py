@@ -198,3 +198,9 @@ def test_autotuned_replay_uses_the_chosen_config_per_key_value():
     fl.clear()
     fl.record(k, (x, y, 64), {"OP": "add"})
     assert fl.launch(grid, (x, y, 64), {"OP": "add"}) is None
+
+
+def test_an_autotune_key_that_names_no_parameter_is_refused():
+    tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["N"])(JITFunction(_body))
+    with pytest.raises(ValueError, match=r"autotune key \['N'\] names no parameter.*x_ptr"):
+        _launcher(tuned, tune_keys=("N",))

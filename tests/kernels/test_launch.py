@@ -92,3 +92,14 @@ def test_pointer_and_block_helpers():
     p = tpk.Pointer(4096, tp.bfloat16)
     assert p.data_ptr() == 4096 and p.dtype is tp.bfloat16 and "0x1000" in repr(p)
     assert [next_power_of_2(n) for n in (0, 1, 2, 3, 1000, 1024)] == [1, 1, 2, 4, 1024, 1024]
+
+
+def test_an_autotune_key_naming_no_parameter_is_refused_at_definition():
+    from tensorplay.kernels import kernel
+
+    def body(x_ptr, n, BLOCK):
+        pass
+
+    with pytest.raises(ValueError, match=r"key \['N'\] names no parameter.*x_ptr, n, BLOCK"):
+        kernel(body, configs=[{"BLOCK": 64}], key=["N"])
+    assert kernel(body, configs=[{"BLOCK": 64}], key=["n"]).__name__ == "body"

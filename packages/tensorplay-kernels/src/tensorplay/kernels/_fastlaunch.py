@@ -72,6 +72,12 @@ class FastLauncher:
         self.runtime_params = frozenset(self.names) - self.constexpr
         self.defaults = {p.name: p.default for p in jit.params if p.has_default}
         self.tune_keys = tuple(tune_keys) if self.autotuner is not None else ()
+        unknown = [k for k in self.tune_keys if k not in self.position]
+        if unknown:  # Triton's autotuner would ignore them silently
+            raise ValueError(
+                f"Triton kernel {jit.__name__}: autotune key {unknown} names no parameter; "
+                f"key= must list parameters of the kernel ({', '.join(self.names)})"
+            )
         self.pointer_type = pointer_type
         self.const_types = (str, bool, type(None), tl_dtype)
         self.entries: dict[tuple, tuple] = {}

@@ -22,6 +22,7 @@ not TensorPlay tensors (the kernels behind ``tp.kernels.enable()``).
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -70,6 +71,13 @@ class TritonKernel:
     ):
         self.fn = fn
         self.__name__ = fn.__name__
+        params = inspect.signature(fn).parameters
+        unknown = [k for k in key if k not in params]
+        if unknown:  # Triton's autotuner ignores unknown names: the tuning would be wrong
+            raise ValueError(
+                f"kernel {fn.__name__}: key {unknown} names no parameter of the kernel; "
+                f"key= lists the parameters whose values pick a config ({', '.join(params)})"
+            )
         self._configs = configs
         self._key = tuple(key)
         self._cpu_meta = dict(cpu_meta or {})
