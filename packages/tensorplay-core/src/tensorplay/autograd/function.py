@@ -95,15 +95,11 @@ class BackwardCFunction(Node):
         self.ctx._saved = None
 
     def apply(self, grad_outputs):
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
         if self.ctx.materialize_grads:
-            grad_outputs = [
-                g
-                if g is not None or meta is None
-                else zeros(meta[0], dtype=meta[1], device=meta[2])
-                for g, meta in zip(grad_outputs, self._outputs_meta)
-            ]
+            for g in grad_outputs:  # (not `None in`: that would call Tensor.__eq__)
+                if g is None:
+                    grad_outputs = self._zeros_for_missing(grad_outputs)
+                    break
         grads = self.cls.backward(self.ctx, *grad_outputs)
         if not isinstance(grads, tuple):
             grads = (grads,)
@@ -116,6 +112,14 @@ class BackwardCFunction(Node):
         return tuple(
             self._check(i, g, meta) for i, (g, meta) in enumerate(zip(grads[:n], self._inputs_meta))
         )
+
+    def _zeros_for_missing(self, grad_outputs):
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        return [
+            g if g is not None or meta is None else zeros(meta[0], dtype=meta[1], device=meta[2])
+            for g, meta in zip(grad_outputs, self._outputs_meta)
+        ]
 
     def _check(self, i, g, meta):
         if g is None or meta is None:
@@ -225,12 +229,16 @@ class Function:
             isinstance(a, Tensor) and a.requires_grad and recording for a in args
         )
         separate = cls.setup_context is not Function.setup_context
-        with grad_mode.no_grad():
+        state = grad_mode.state  # no_grad(), without building its context object
+        prev, state.enabled = state.enabled, False
+        try:
             if separate:
                 output = cls.forward(*args, **kwargs)
                 cls.setup_context(ctx, args, output)
             else:
                 output = cls.forward(ctx, *args, **kwargs)
+        finally:
+            state.enabled = prev
         single = not isinstance(output, tuple)
         outputs = list((output,) if single else output)
         if any(ctx.needs_input_grad):
@@ -249,8 +257,8 @@ def _connect(cls, ctx, args, outputs):
     meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outputs]
     node = BackwardCFunction(cls, ctx, tuple(inputs), meta)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong ref back would be a cycle
-    non_diff = {id(t) for t in ctx._non_differentiable}
-    dirty = {id(t) for t in ctx._dirty}
+    non_diff = {id(t) for t in ctx._non_differentiable} if ctx._non_differentiable else ()
+    dirty = {id(t) for t in ctx._dirty} if ctx._dirty else ()
     arg_ids = {id(a) for a in args if isinstance(a, Tensor)}
     result = []
     for i, o in enumerate(outputs):
