@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -681,13 +682,21 @@ _INPLACE_FAST = """
 # Full reductions (``loss.sum()``, ``x.mean()``, the last forward op before every
 # backward): the kernel on the input's array, no promotion, no device or scalar checks.
 _REDUCE_FAST_ROWS = frozenset({"sum", "mean"})
+
+
+def _full_mean(a):
+    return np.add.reduce(a, axis=None) / a.size  # as the row's kernel: sum / count
+
+
+# their kernels on a whole numpy array (np.sum is a Python wrapper around add.reduce)
+_FULL_REDUCE = {"sum": functools.partial(np.add.reduce, axis=None), "mean": _full_mean}
 _REDUCE_FAST = """
     if (type(input) is _T and _st.plain and dim is None and not keepdim and dtype is None
             and out is None and input.device is _cpu):
         odt = _fast.get(input.dtype)
         if odt is not None:
             with _np.errstate(all="ignore"):  # torch is silent about inf/nan (empty mean)
-                r = _wrap_one(_kernel(_np, input._data), odt, _cpu)
+                r = _wrap_one(_full(input._data), odt, _cpu)
             return _fast_record(_row, (input,), r) if input.requires_grad else r
 """
 
@@ -803,7 +812,7 @@ def _generate(row: OpDef) -> Callable:
         "_fast_record": _fast_record,
         "_call_view": _call_view,
         "_wrap_one": _wrap_one,
-        "_kernel": row.kernel,
+        "_full": _FULL_REDUCE.get(row.name),
         "_np": np,
         "_uf": getattr(np, row.ufunc) if row.ufunc else None,
     }
