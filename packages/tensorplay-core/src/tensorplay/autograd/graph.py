@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
+from types import MappingProxyType
 
 __all__ = [
     "Node",
@@ -34,16 +35,33 @@ class RemovableHandle:
 
 
 class Node:
-    """One step of the backward graph."""
+    """One step of the backward graph.
+
+    Hook containers are empty class-level defaults until a hook is registered (every op
+    of a recorded forward makes a node; almost none ever gets a hook):
+    ``_hooks``: fn(grad_inputs, grad_outputs) -> new grad_inputs | None;
+    ``_prehooks``: fn(grad_outputs) -> new grad_outputs | None;
+    ``_tensor_hooks``: output_nr -> [fn(grad) -> grad | None];
+    ``_retained``: output_nr -> weakref of a tensor keeping ``.grad``.
+    """
+
+    _hooks: list | tuple = ()
+    _prehooks: list | tuple = ()
+    _tensor_hooks: dict | MappingProxyType = MappingProxyType({})
+    _retained: dict | MappingProxyType = MappingProxyType({})
+    _released = False
 
     def __init__(self, next_functions: tuple = (), n_outputs: int = 1):
         self.next_functions = next_functions
         self.n_outputs = n_outputs
-        self._hooks: list = []  # fn(grad_inputs, grad_outputs) -> new grad_inputs | None
-        self._prehooks: list = []  # fn(grad_outputs) -> new grad_outputs | None
-        self._tensor_hooks: dict = {}  # output_nr -> [fn(grad) -> grad | None]
-        self._retained: dict = {}  # output_nr -> weakref of a tensor keeping .grad
-        self._released = False
+
+    def _own(self, name: str, make: type):
+        """This node's own hook container ``name`` (made on first registration)."""
+        box = self.__dict__.get(name)
+        if box is None:
+            box = make()
+            setattr(self, name, box)
+        return box
 
     def name(self) -> str:
         return type(self).__name__
@@ -60,13 +78,15 @@ class Node:
 
     def register_hook(self, fn) -> RemovableHandle:
         """``fn(grad_inputs, grad_outputs)`` runs after this node; may return new grad_inputs."""
-        self._hooks.append(fn)
-        return RemovableHandle(self._hooks, fn)
+        hooks = self._own("_hooks", list)
+        hooks.append(fn)
+        return RemovableHandle(hooks, fn)
 
     def register_prehook(self, fn) -> RemovableHandle:
         """``fn(grad_outputs)`` runs before this node; may return new grad_outputs."""
-        self._prehooks.append(fn)
-        return RemovableHandle(self._prehooks, fn)
+        hooks = self._own("_prehooks", list)
+        hooks.append(fn)
+        return RemovableHandle(hooks, fn)
 
 
 class AccumulateGrad(Node):

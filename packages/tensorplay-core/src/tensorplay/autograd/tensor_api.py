@@ -21,7 +21,7 @@ def register_hook(self, hook) -> RemovableHandle:
     if self.grad_fn is None:
         hooks = self.__dict__.setdefault("_hooks", [])
     else:
-        hooks = self.grad_fn._tensor_hooks.setdefault(self._output_nr, [])
+        hooks = self.grad_fn._own("_tensor_hooks", dict).setdefault(self._output_nr, [])
     hooks.append(hook)
     return RemovableHandle(hooks, hook)
 
@@ -31,7 +31,7 @@ def retain_grad(self) -> None:
     if not self.requires_grad:
         raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
     if self.grad_fn is not None:
-        self.grad_fn._retained[self._output_nr] = weakref.ref(self)
+        self.grad_fn._own("_retained", dict)[self._output_nr] = weakref.ref(self)
 
 
 def retains_grad(self) -> bool:
