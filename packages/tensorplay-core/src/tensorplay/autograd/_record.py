@@ -25,6 +25,9 @@ def _backward_name(op: str) -> str:
     return "".join(p.capitalize() for p in op.split("_")) + "Backward0"
 
 
+_NO_EDGE = (None, 0)  # an input no gradient flows to
+
+
 def differentiable_dtype(dt) -> bool:
     return dt.is_floating_point or dt.is_complex
 
@@ -131,13 +134,18 @@ class OpNode(Node):
     input (sums broadcast dimensions, casts to the input's dtype)."""
 
     def __init__(self, row, targs, params, outputs: tuple):
-        inputs = flat_inputs(row, targs)
-        super().__init__(
-            tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs),
-            n_outputs=len(outputs),
-        )
+        # one pass over the inputs (every recorded op runs this): edges and metadata
+        edges, meta = [], []
+        for x in flat_inputs(row, targs):
+            if isinstance(x, Tensor):
+                edges.append(edge_of(x))
+                meta.append((x._shape, x.dtype))
+            else:
+                edges.append(_NO_EDGE)
+                meta.append(None)
+        super().__init__(tuple(edges), n_outputs=len(outputs))
         self.row, self.params = row, params
-        self._meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
+        self._meta = meta
         self._seq = row.n_inputs == "seq"
         for i, o in enumerate(outputs):
             o.requires_grad, o.grad_fn, o._output_nr = True, self, i
@@ -257,6 +265,10 @@ def needs_grad(items) -> bool:
 
 def record(row, targs, params, result):
     """Attach the backward node of ``row`` to ``result`` (a tensor or tuple of tensors)."""
+    if type(result) is Tensor:  # the common case
+        if differentiable_dtype(result.dtype):
+            OpNode(row, targs, params, (result,))
+        return result
     outs = result if isinstance(result, tuple) else (result,)
     diff = tuple(o for o in outs if differentiable_dtype(o.dtype))
     if not diff:
