@@ -50,14 +50,14 @@ def variants():
         src._binary,
         {"a_ptr": "fp16", "b_ptr": "fp16", "out_ptr": "fp16"},
         dict.fromkeys(names, "i64"),
-        {"OP": "maximum", "CONTIG": False, "ACC": f32, "BLOCK": 2048},
+        {"OP": "maximum", "ACC": f32, "BLOCK": 2048},
         {},
     )
     out["binary-strided-mul-bf16-int32"] = (
         src._binary,
         {"a_ptr": "bf16", "b_ptr": "bf16", "out_ptr": "bf16"},
         dict.fromkeys(names, "i32"),
-        {"OP": "mul", "CONTIG": False, "ACC": f32, "BLOCK": 4096, "WIDE": False},
+        {"OP": "mul", "ACC": f32, "BLOCK": 4096, "WIDE": False},
         {"num_warps": 8},
     )
     row_names = ("s1", "s2", "s3", "as0", "as1", "as2", "as3", "bs0", "bs1", "bs2")

@@ -275,32 +275,34 @@ MM_SHAPES = (
 )
 
 
-@section("bf16 matmul: Triton tpk.matmul vs torch.matmul/cuBLAS (target >= 0.80x)")
-def _matmul():
+def _bf16_matmuls(label: str, fn: Callable[..., object]) -> list[tuple]:
     rows = []
     for m, n, k in MM_SHAPES:
         a, b = randn(m, k, dtype=tp.bfloat16), randn(k, n, dtype=tp.bfloat16)
-        rows += _matmul_rows("tpk.matmul bf16", tp.ops.tpk.matmul, m, n, k, a, b)
+        rows += _matmul_rows(label, fn, m, n, k, a, b)
     return rows
+
+
+def _require_tilelang() -> None:
+    why = tpk.tilelang_unavailable_reason()
+    if why is not None:
+        raise RuntimeError(why)
+
+
+@section("bf16 matmul: Triton tpk.matmul vs torch.matmul/cuBLAS (target >= 0.80x)")
+def _matmul():
+    return _bf16_matmuls("tpk.matmul bf16", tp.ops.tpk.matmul)
 
 
 @section("bf16 GEMM: TileLang tpk.gemm vs torch.matmul/cuBLAS (target >= 0.80x)")
 def _gemm():
-    why = tpk.tilelang_unavailable_reason()
-    if why is not None:
-        raise RuntimeError(why)
-    rows = []
-    for m, n, k in MM_SHAPES:
-        a, b = randn(m, k, dtype=tp.bfloat16), randn(k, n, dtype=tp.bfloat16)
-        rows += _matmul_rows("tpk.gemm bf16", tp.ops.tpk.gemm, m, n, k, a, b)
-    return rows
+    _require_tilelang()
+    return _bf16_matmuls("tpk.gemm bf16", tp.ops.tpk.gemm)
 
 
 @section("TileLang attention vs torch scaled_dot_product_attention (reference only)")
 def _attention():
-    why = tpk.tilelang_unavailable_reason()
-    if why is not None:
-        raise RuntimeError(why)
+    _require_tilelang()
     if torch is None:
         raise RuntimeError("torch is needed for the reference")
     rows = []

@@ -63,7 +63,6 @@ class FastLauncher:
         from triton import knobs  # noqa: PLC0415
         from triton.language import dtype as tl_dtype  # noqa: PLC0415
 
-        self.built = built
         self.autotuner = built if hasattr(built, "configs") else None
         jit = built.fn if self.autotuner is not None else built
         self.names: list[str] = list(jit.arg_names)

@@ -102,8 +102,8 @@ def _binary_route(op: str, defaults: dict[str, Any]) -> Callable[..., Any]:
             return NotImplemented
         out = xp.empty(shape, dtype=a.dtype)
         k = triton_src()
-        grid, meta = k.elementwise_launch(n)
         if a.shape == b.shape == shape and a.flags.c_contiguous and b.flags.c_contiguous:
+            grid, meta = k.elementwise_launch(n)
             k.binary_contig[grid](
                 _ptr(a, dt), _ptr(b, dt), _ptr(out, dt), n, OP=op, ACC=k.ACC_TYPES[dt], **meta
             )

@@ -65,9 +65,7 @@ def launch_broadcast(a, b, out, shape4, sa, sb, op: str, acc) -> None:
     n = rows * cols
     grid, meta = elementwise_launch(n)
     wide = wide_index(shape4, sa, sb)
-    binary[grid](
-        a, b, out, n, *shape4[1:], *sa, *sb, OP=op, CONTIG=False, ACC=acc, WIDE=wide, **meta
-    )
+    binary[grid](a, b, out, n, *shape4[1:], *sa, *sb, OP=op, ACC=acc, WIDE=wide, **meta)
 
 
 INT32_MAX = (1 << 31) - 1
@@ -213,7 +211,6 @@ def _binary(
     bs2,
     bs3,
     OP: tl.constexpr,
-    CONTIG: tl.constexpr,
     ACC: tl.constexpr,
     BLOCK: tl.constexpr,
     WIDE: tl.constexpr = True,
@@ -228,18 +225,14 @@ def _binary(
     else:
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    if CONTIG:
-        a_off = offs
-        b_off = offs
-    else:
-        i3 = offs % s3
-        r = offs // s3
-        i2 = r % s2
-        r = r // s2
-        i1 = r % s1
-        i0 = r // s1
-        a_off = i0 * as0 + i1 * as1 + i2 * as2 + i3 * as3
-        b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
+    i3 = offs % s3
+    r = offs // s3
+    i2 = r % s2
+    r = r // s2
+    i1 = r % s1
+    i0 = r // s1
+    a_off = i0 * as0 + i1 * as1 + i2 * as2 + i3 * as3
+    b_off = i0 * bs0 + i1 * bs1 + i2 * bs2 + i3 * bs3
     a = tl.load(a_ptr + a_off, mask=mask).to(ACC)
     b = tl.load(b_ptr + b_off, mask=mask, other=1).to(ACC)  # 1: no 0/0 in masked lanes
     y = _combine(a, b, OP)
