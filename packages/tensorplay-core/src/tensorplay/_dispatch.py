@@ -777,6 +777,19 @@ def _split_params(row: OpDef):
     return inputs, rest, star
 
 
+def _base_env(row: OpDef) -> dict:
+    """The names every generated binding of ``row`` (function or in-place method) uses."""
+    return {
+        "_row": row,
+        "_call": call,
+        "_T": Tensor,
+        "_st": state,
+        "_cpu": CPU,
+        "_fast": row.fast,
+        "_uf": getattr(np, row.ufunc) if row.ufunc else None,
+    }
+
+
 def _generate(row: OpDef) -> Callable:
     inputs, rest, star = _split_params(row)
     _, defaults, _ = _param_names(row.params)
@@ -800,12 +813,7 @@ def _generate(row: OpDef) -> Callable:
     out_arg = "out" if row.out else "None"
     src = f"def {row.name}({sig}):\n{body}    return _call(_row, {targs}, {kw}, {out_arg})\n"
     env = {
-        "_row": row,
-        "_call": call,
-        "_T": Tensor,
-        "_st": state,
-        "_cpu": CPU,
-        "_fast": row.fast,
+        **_base_env(row),
         "_fast_binary": _fast_binary,
         "_fast_unary": _fast_unary,
         "_fast_scalar": _fast_scalar,
@@ -814,7 +822,6 @@ def _generate(row: OpDef) -> Callable:
         "_wrap_one": _wrap_one,
         "_full": _FULL_REDUCE.get(row.name),
         "_np": np,
-        "_uf": getattr(np, row.ufunc) if row.ufunc else None,
     }
     exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
     fn = env[row.name]
@@ -851,15 +858,7 @@ def _generate_inplace(row: OpDef) -> Callable:
         extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
         body = _INPLACE_FAST.format(defaults=extra, b=inputs[1])
     src = f"def {row.name}_({sig}):\n{body}    return _call(_row, {targs}, {kw}, None, self)\n"
-    env = {
-        "_row": row,
-        "_call": call,
-        "_T": Tensor,
-        "_st": state,
-        "_cpu": CPU,
-        "_fast": row.fast,
-        "_uf": getattr(np, row.ufunc) if row.ufunc else None,
-    }
+    env = _base_env(row)
     exec(compile(src, f"<tensorplay op {row.name}_>", "exec"), env)  # noqa: S102
     fn = env[row.name + "_"]
     fn.__qualname__ = "Tensor." + row.name + "_"

@@ -27,12 +27,6 @@ def strides_of(t) -> tuple:
     return st
 
 
-def data_ptr_of(t) -> int:
-    """``t.data_ptr()`` for internal use (kernel launch glue): the public method is wrapped
-    for ``__tensorplay_function__`` like ``stride()``."""
-    return t._storage.data_ptr() + t._offset * t.dtype.itemsize
-
-
 def contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for n in reversed(shape):
@@ -421,6 +415,10 @@ def wrap_array(arr, buf, start: int, dt, dev=CPU) -> Tensor:
 
 
 _object_new = object.__new__
+
+# ``t.data_ptr()`` for internal use (kernel launch glue): the method itself, taken before
+# overrides.install wraps the class attribute for ``__tensorplay_function__``
+data_ptr_of = Tensor.data_ptr
 
 
 def empty_tensor(shape: tuple, dt, dev) -> Tensor:
