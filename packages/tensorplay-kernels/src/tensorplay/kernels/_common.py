@@ -75,7 +75,7 @@ def check_same(op: str, names: tuple[str, str], a: tp.Tensor, b: tp.Tensor) -> N
             f"{op}: {names[0]} is {a.dtype} but {names[1]} is {b.dtype}; cast one, e.g. "
             f"{names[1]}.to({names[0]}.dtype)"
         )
-    if a.device is not b.device and a.device != b.device:
+    if a.device is not b.device:  # devices are interned (device.__eq__ is identity)
         raise ValueError(
             f"{op}: {names[0]} is on {a.device} but {names[1]} is on {b.device}; move them to "
             "one device"
