@@ -1,7 +1,8 @@
 """Shared test configuration: hypothesis profiles and the import path of the core package.
 
-Profiles: ``dev`` (default, fast) and ``ci`` (more examples); pick one with the
-``HYPOTHESIS_PROFILE`` environment variable.
+Profiles: ``dev`` (default locally: fast, random), ``ci`` (the default when ``CI`` is set:
+derandomised, so CI never depends on luck) and ``explore`` (many random examples, for
+hunting bugs locally); pick one with the ``HYPOTHESIS_PROFILE`` environment variable.
 """
 
 from __future__ import annotations
@@ -26,8 +27,18 @@ settings.register_profile(
 )
 settings.register_profile(
     "ci",
-    max_examples=200,
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
+)
+settings.register_profile(
+    "explore",
+    max_examples=2000,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.differing_executors],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+_default = "ci" if os.environ.get("CI") else "dev"
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
