@@ -230,3 +230,77 @@ def test_tracer_is_popped_after_an_error():
     with pytest.raises(GraphCaptureError):
         _trace(lambda x: bool(x), x=tp.ones(1))
     assert not tp.capture.capturing()
+
+
+# ---- generated code never parses user strings --------------------------------------------
+
+_HOSTILE = "a=0) if __import__('os').system('touch {path}') else f(x, b"
+
+
+class _KeywordOp:
+    """A library-style op taking arbitrary keywords: ``x * 2 + sum(keyword values)``."""
+
+    name = "demo::kw"
+
+    def __call__(self, x, **kwargs):
+        if tp.capture.capturing() and tp.capture.contains_proxy((x,)):
+            return tp.capture.capture_call(self, (x,), kwargs)
+        return x * 2 + sum(kwargs.values())
+
+
+def test_hostile_keyword_name_never_runs_and_reaches_the_op(tmp_path):
+    marker = tmp_path / "pwned"
+    op, hostile = _KeywordOp(), _HOSTILE.format(path=marker)
+    gm = _trace(lambda x: op(x, **{hostile: 1.0}), x=tp.ones(2))
+    assert hostile not in gm.code and "__import__" not in gm.code
+    assert gm(tp.ones(2)).tolist() == [3.0, 3.0]
+    cf = tp.compile(lambda x: op(x, **{hostile: 1.0}), backend="eager")
+    assert cf(tp.tensor([1.0, 2.0])).tolist() == [3.0, 5.0]
+    assert not marker.exists()
+
+
+def test_hostile_strings_in_targets_constants_and_dict_keys_stay_data(tmp_path):
+    marker = tmp_path / "pwned"
+    hostile = f"') or __import__('os').system('touch {marker}') or ('"
+    g = Graph()
+    x = g.placeholder("x")
+    w = g.get_attr(hostile)  # an attribute name that is not an identifier
+    echo = g.call_function(lambda a, s, d: (a, s, d), (w, hostile, {hostile: x}))
+    method = g.call_method(hostile, (x,))
+    g.output((echo, method))
+    gm = GraphModule(g, {hostile: tp.ones(1)})
+    assert hostile not in gm.code and method.name.isidentifier()
+    with pytest.raises(AttributeError, match="__import__"):  # the method lookup fails clearly
+        gm(tp.ones(1))
+    g.nodes.remove(method)
+    x.users.pop(method)
+    g.nodes[-1].args = (echo,)
+    gm.recompile()
+    a, s, d = gm(tp.zeros(1))
+    assert a.tolist() == [1.0] and s == hostile and list(d) == [hostile]
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("bad", ["a; import os", "class", "self", "x"])
+def test_node_names_that_cannot_be_variables_are_refused(bad):
+    gm = _trace(lambda x: x + 1, x=tp.ones(2))
+    gm.graph.nodes[1].name = bad  # "x" duplicates the placeholder
+    with pytest.raises(ValueError, match="node name") as info:
+        gm.recompile()
+    assert repr(bad) in str(info.value) and "Rename" in str(info.value)
+
+
+def test_plain_strings_stay_readable_literals():
+    gm = _trace(lambda x: tp.gelu(x, approximate="tanh"), x=tp.ones(2))
+    assert "tp.gelu(x, 'tanh')" in gm.code
+
+
+def test_constant_names_cannot_replace_module_attributes():
+    with pytest.raises(ValueError, match="recompile"):
+        GraphModule(Graph(), {"recompile": tp.ones(1)})
+
+
+def test_to_dot_escapes_quotes_in_names():
+    op = FakeLibraryOp(name='demo::"q"')
+    dot = _trace(lambda x: op(x), x=tp.ones(2)).graph.to_dot()
+    assert '\\"q\\"' in dot and '"q"' not in dot.replace('\\"q\\"', "")

@@ -14,11 +14,13 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Graph", "Node", "map_args", "target_name"]
+__all__ = ["Graph", "Node", "is_name", "map_args", "target_name"]
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "output")
 # Names the generated code uses for itself; a node may not take them.
 _RESERVED = frozenset({"self", "tp", "operator", "inf", "nan"})
+# Strings the generated code may spell as literals; any other string becomes a global.
+_PLAIN_STRING = re.compile(r"[A-Za-z0-9_.:+-]*")
 
 
 def map_args(value: Any, fn: Callable[[Any], Any]) -> Any:
@@ -46,12 +48,19 @@ def target_name(target: Any) -> str:
     return getattr(target, "__name__", None) or type(target).__name__
 
 
+def is_name(text: Any) -> bool:
+    """``text`` may appear as a name in generated source: an identifier, not a keyword."""
+    return isinstance(text, str) and text.isidentifier() and not keyword.iskeyword(text)
+
+
 def _identifier(text: str) -> str:
     """``text`` turned into a Python identifier (``demo::scaled`` -> ``demo_scaled``)."""
     name = re.sub(r"\W+", "_", text).strip("_") or "node"
+    if not name.isidentifier():  # \w also matches characters no identifier may hold (``²``)
+        name = re.sub(r"[^0-9A-Za-z_]+", "_", name).strip("_") or "node"
     if name[0].isdigit():
         name = "_" + name
-    return name
+    return name if name.isidentifier() else "node"
 
 
 class Node:
@@ -214,15 +223,16 @@ class Graph:
         """The graph in Graphviz DOT: one box per node, one edge per use."""
         lines = [f"digraph {_identifier(name)} {{", "  rankdir=TB;", "  node [shape=box];"]
         for n in self.nodes:
-            label = n.name if n.op in ("placeholder", "output") else f"{n.name}\\n{n.op_name}"
+            parts = [n.name] if n.op in ("placeholder", "output") else [n.name, n.op_name]
             val = n.meta.get("val")
             if val is not None and hasattr(val, "shape"):
-                label += f"\\n{val.dtype.name}{list(val.shape)}"
+                parts.append(f"{val.dtype.name}{list(val.shape)}")
+            label = "\\n".join(_dot_escape(p) for p in parts)
             shape = "ellipse" if n.op in ("placeholder", "output") else "box"
-            lines.append(f'  "{n.name}" [label="{label}", shape={shape}];')
+            lines.append(f'  "{_dot_escape(n.name)}" [label="{label}", shape={shape}];')
         for n in self.nodes:
             for user in n.users:
-                lines.append(f'  "{n.name}" -> "{user.name}";')
+                lines.append(f'  "{_dot_escape(n.name)}" -> "{_dot_escape(user.name)}";')
         lines.append("}")
         return "\n".join(lines) + "\n"
 
@@ -232,16 +242,34 @@ class Graph:
     # ---- code generation -----------------------------------------------------------------
 
     def python_code(self) -> tuple[str, dict[str, Any]]:
-        """Python source of ``forward(self, <placeholders>)`` and the globals it needs."""
+        """Python source of ``forward(self, <placeholders>)`` and the globals it needs.
+
+        NOTE: only names checked by ``is_name`` and literals whose text we produce (numbers,
+        plain strings) enter the source; every other user value (keyword names, method
+        and attribute names, strings, objects) reaches the code as a global of the
+        returned environment, so no user string is ever parsed as code.
+
+        Raises ``ValueError`` naming a node whose name is not a usable identifier.
+        """
         import tensorplay as tp  # noqa: PLC0415 - the graph package imports core lazily
 
+        self._check_names()
         env: dict[str, Any] = {"tp": tp, "operator": operator}
+        taken = {n.name for n in self.nodes}
         names: dict[int, str] = {}
+
+        def constant(value: Any, base: str) -> str:
+            """A fresh global holding ``value`` (``base`` is already an identifier)."""
+            glob = f"_{base}"
+            while glob in env or glob in taken:
+                glob += "_"
+            env[glob] = value
+            return glob
 
         def ref(obj: Any) -> str:
             key = id(obj)
             if key not in names:
-                base = _identifier(target_name(obj))
+                base = _identifier(str(target_name(obj)))
                 if getattr(tp, base, None) is obj:
                     names[key] = f"tp.{base}"
                 elif getattr(tp.Tensor, base, None) is obj:
@@ -249,11 +277,7 @@ class Graph:
                 elif getattr(operator, base, None) is obj:
                     names[key] = f"operator.{base}"
                 else:
-                    glob = f"_{base}"
-                    while glob in env:
-                        glob += "_"
-                    env[glob] = obj
-                    names[key] = glob
+                    names[key] = constant(obj, base)
             return names[key]
 
         def src(v: Any) -> str:
@@ -265,33 +289,63 @@ class Graph:
                     f"({inner}{',' if len(v) == 1 else ''})" if type(v) is tuple else f"[{inner}]"
                 )
             if type(v) is dict:
-                return "{" + ", ".join(f"{k!r}: {src(x)}" for k, x in v.items()) + "}"
+                return "{" + ", ".join(f"{src(k)}: {src(x)}" for k, x in v.items()) + "}"
             if type(v) is slice:
                 return f"slice({src(v.start)}, {src(v.stop)}, {src(v.step)})"
-            if v is None or type(v) in (bool, int, str) or v is Ellipsis:
+            if v is None or type(v) in (bool, int) or v is Ellipsis:
                 return repr(v)
             if type(v) is float and v == v and abs(v) != float("inf"):
                 return repr(v)
-            return ref(v)  # any other constant (dtype, inf, an object) is a global
+            if type(v) is str and _PLAIN_STRING.fullmatch(v):
+                return repr(v)
+            return ref(v)  # any other constant (dtype, inf, a string, an object) is a global
 
         def call_args(args: tuple, kwargs: dict) -> str:
-            parts = [src(a) for a in args] + [f"{k}={src(v)}" for k, v in kwargs.items()]
+            parts = [src(a) for a in args]
+            parts += [f"{k}={src(v)}" for k, v in kwargs.items() if is_name(k)]
+            odd = {k: v for k, v in kwargs.items() if not is_name(k)}
+            if odd:  # keyword names Python syntax cannot spell travel as a dict's keys
+                items = ", ".join(f"{constant(k, 'kwarg')}: {src(v)}" for k, v in odd.items())
+                parts.append(f"**{{{items}}}")
             return ", ".join(parts)
+
+        def attribute(obj: str, name: Any) -> str:
+            if is_name(name):
+                return f"{obj}.{name}"
+            return f"getattr({obj}, {constant(name, 'attr')})"
 
         params = [n.name for n in self.placeholders]
         body = []
         for n in self.nodes:
             if n.op == "get_attr":
-                body.append(f"{n.name} = self.{n.target}")
+                body.append(f"{n.name} = {attribute('self', n.target)}")
             elif n.op == "call_function":
                 body.append(f"{n.name} = {ref(n.target)}({call_args(n.args, n.kwargs)})")
             elif n.op == "call_method":
                 rest = call_args(n.args[1:], n.kwargs)
-                body.append(f"{n.name} = {src(n.args[0])}.{n.target}({rest})")
+                body.append(f"{n.name} = {attribute(src(n.args[0]), n.target)}({rest})")
             elif n.op == "output":
                 body.append(f"return {src(n.args[0])}")
         head = f"def forward(self{''.join(', ' + p for p in params)}):"
         return "\n".join([head] + ["    " + line for line in body or ["return None"]]) + "\n", env
+
+    def _check_names(self) -> None:
+        """Node names become variables of the generated code: identifiers, each used once."""
+        seen: set[str] = set()
+        for n in self.nodes:
+            if not is_name(n.name) or n.name in _RESERVED or n.name in seen:
+                why = "is used twice" if n.name in seen else "is not a usable Python identifier"
+                raise ValueError(
+                    f"node name {n.name!r} ({n.op} {n.op_name}) {why}; node names become "
+                    "variables of the generated code. Rename the node to an unused identifier "
+                    f"(not a keyword nor one of {sorted(_RESERVED)}) before recompile()"
+                )
+            seen.add(n.name)
+
+
+def _dot_escape(text: str) -> str:
+    """``text`` inside a DOT double-quoted string: a quote in a name cannot end it."""
+    return str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _default_name(op: str, target: Any) -> str:

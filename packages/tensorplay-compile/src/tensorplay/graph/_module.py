@@ -13,6 +13,8 @@ from tensorplay.graph._graph import Graph
 __all__ = ["GraphModule"]
 
 _counter = [0]
+# instance attributes a constant must not shadow
+_OWN = frozenset({"graph", "constants", "code", "_forward"})
 
 
 class GraphModule:
@@ -27,6 +29,12 @@ class GraphModule:
         self.graph = graph
         self.constants: dict[str, Any] = dict(constants or {})
         for name, value in self.constants.items():
+            if not isinstance(name, str) or hasattr(GraphModule, name) or name in _OWN:
+                raise ValueError(
+                    f"GraphModule: constant name {name!r} would replace the module's own "
+                    f"attribute; rename the get_attr target (names in use: {sorted(_OWN)} and "
+                    "GraphModule's methods)"
+                )
             setattr(self, name, value)
         self.code = ""
         self.recompile()
