@@ -10,116 +10,166 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay import _dtype as D
+from tensorplay._device import CPU, cupy_or_raise
 from tensorplay._tensor import Tensor, empty_tensor, make_view, strides_of
 
 
-def _is_basic(item) -> bool:
-    return (
-        item is None
-        or item is Ellipsis
-        or isinstance(item, slice)
-        or (isinstance(item, int) and not isinstance(item, bool))
-    )
+def _is_int(item) -> bool:
+    """An index that selects one position: a Python/numpy int or a 0-d integer tensor
+    (torch selects with those, so they never take part in advanced indexing)."""
+    if isinstance(item, (int, np.integer)):
+        return not isinstance(item, bool)
+    return isinstance(item, Tensor) and item._shape == () and item.dtype.category == 1
 
 
-def _normalize(index) -> tuple:
-    if not isinstance(index, tuple):
-        index = (index,)
-    return index
+def _is_bool_scalar(item) -> bool:
+    """``True``/``False`` (Python, numpy or a 0-d bool tensor): torch adds a dimension of
+    size 1 there and indexes it with ``[0]`` (True) or ``[]`` (False)."""
+    if isinstance(item, (bool, np.bool_)):
+        return True
+    if isinstance(item, np.ndarray):
+        return item.ndim == 0 and item.dtype == bool
+    return isinstance(item, Tensor) and item._shape == () and item.dtype is D.bool
 
 
-def _expand_ellipsis(index, ndim):
-    n_used = sum(
-        1
-        for i in index
-        if i is not None
-        and i is not Ellipsis
-        and not (isinstance(i, Tensor) and i.dtype is D.bool)
-        and not (isinstance(i, np.ndarray) and i.dtype == bool)
-    )
-    n_used += sum(i.dim() for i in index if isinstance(i, Tensor) and i.dtype is D.bool)
-    ell = [k for k, i in enumerate(index) if i is Ellipsis]
-    if len(ell) > 1:
-        raise IndexError("an index can only have a single ellipsis ('...')")
-    if n_used > ndim:
-        raise IndexError(f"too many indices for tensor of dimension {ndim}")
-    fill = (slice(None),) * (ndim - n_used)
-    if ell:
-        k = ell[0]
-        return index[:k] + fill + index[k + 1 :]
-    return index + fill
+def _as_tuple(index) -> tuple:
+    """torch's reading of an index: a tuple is one item per dimension; so is a short list
+    holding a slice, None, ``...``, a tensor or a sequence (the legacy numpy rule torch keeps,
+    with a deprecation warning there); anything else is a single item."""
+    if isinstance(index, tuple):
+        return index
+    if isinstance(index, list) and len(index) < 32:
+        for i in index:
+            if (
+                i is None
+                or i is Ellipsis
+                or isinstance(i, (slice, Tensor, list, tuple, np.ndarray))
+            ):
+                return tuple(index)
+    return (index,)
 
 
-def basic_geometry(t: Tensor, index: tuple):
-    """(shape, stride, offset) of ``t[index]`` for a basic (view) index."""
-    shape, stride, off = t._shape, strides_of(t), t._offset
-    out_shape, out_stride = [], []
-    d = 0
-    for item in index:
-        if item is None:
-            out_shape.append(1)
-            out_stride.append(0)
-            continue
-        n, s = shape[d], stride[d]
-        if isinstance(item, slice):
-            start, stop, step = item.start, item.stop, item.step
-            step = 1 if step is None else int(step)
-            if step <= 0:
-                raise ValueError("step must be greater than zero")
-            start, stop, _ = slice(start, stop, 1).indices(n)
-            length = max(0, (stop - start + step - 1) // step)
-            if length:
-                off += start * s
-            out_shape.append(length)
-            out_stride.append(s * step)
-        else:
-            i = int(item)
-            if not -n <= i < n:
-                raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
-            off += (i % n) * s
-        d += 1
-    return tuple(out_shape), tuple(out_stride), off
-
-
-def _to_array(item, t: Tensor):
+def _to_array(item, device):
+    """A tensor, list or array index as a numpy/CuPy array on ``device``."""
     if isinstance(item, Tensor):
         if item.dtype.category > 1:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-        return item._check_data("indexing")
-    if isinstance(item, (list, tuple)):
+        arr = item._check_data("indexing")
+        if item.device is not device and item.device.type == "cuda":
+            arr = arr.get()
+    else:
         arr = np.asarray(item)
         if arr.dtype.kind not in "iub" and arr.size:
             raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
-        arr = arr.astype(np.int64) if arr.dtype.kind != "b" else arr
-        if t.device.type == "cuda":
-            from tensorplay._device import cupy_or_raise  # noqa: PLC0415
-
-            return cupy_or_raise().asarray(arr)
-        return arr
-    return item
+        if arr.dtype.kind != "b":
+            arr = arr.astype(np.int64)
+    return _on_device(arr, device)
 
 
-def _check_advanced_bounds(index, shape):
+def _n_consumed(item) -> int:
+    """How many dimensions of the indexed tensor ``item`` uses up."""
+    if item is None or item is Ellipsis or _is_bool_scalar(item):
+        return 0
+    if isinstance(item, (slice, int, np.integer)) or _is_int(item):
+        return 1
+    if isinstance(item, Tensor):
+        return item.dim() if item.dtype in (D.bool, D.uint8) else 1
+    arr = np.asarray(item)
+    return arr.ndim if arr.dtype.kind == "b" else 1
+
+
+def plan(shape: tuple, stride: tuple, offset: int, index, device):
+    """Split a torch index into a view and the advanced indices applied to it.
+
+    torch indexes in two steps, and so does this: ints, slices, None, ``...`` and bool
+    scalars make a view (an int selects, removing its dimension); then the tensor, list
+    and mask indices index that view, each on the view dimension it stood at. (numpy
+    instead treats an int next to an array as one more advanced index, which moves the
+    advanced dimensions to the front: ``x[1, :, [0, 1]]`` would come out transposed.)
+
+    Returns ``((shape, stride, offset), arrays)``: the view's geometry, and a tuple of
+    index arrays and ``slice(None)`` over the view's dimensions (empty when the index is
+    basic). Masks arrive as their nonzero positions, one array per masked dimension.
+    """
+    index = _as_tuple(index)
+    ndim = len(shape)
+    consumed = sum(_n_consumed(i) for i in index)
+    if consumed > ndim:
+        raise IndexError(f"too many indices for tensor of dimension {ndim}")
+    out_shape: list = []
+    out_stride: list = []
+    advanced: dict = {}
     d = 0
+    seen_ellipsis = False
     for item in index:
-        if item is None:
-            continue
-        if hasattr(item, "dtype") and item.dtype.kind == "b":
-            if tuple(item.shape) != tuple(shape[d : d + item.ndim]):
-                raise IndexError(
-                    f"The shape of the mask {list(item.shape)} at index {d} does "
-                    f"not match the shape of the indexed tensor "
-                    f"{list(shape[d : d + item.ndim])}"
-                )
-            d += item.ndim
-            continue
-        if hasattr(item, "dtype") and item.size:
+        if item is Ellipsis:
+            if seen_ellipsis:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            seen_ellipsis = True
+            for _ in range(ndim - consumed):
+                out_shape.append(shape[d])
+                out_stride.append(stride[d])
+                d += 1
+        elif item is None:
+            out_shape.append(1)
+            out_stride.append(0)
+        elif _is_bool_scalar(item):
+            advanced[len(out_shape)] = _on_device(np.zeros(int(bool(item)), np.int64), device)
+            out_shape.append(1)
+            out_stride.append(0)
+        elif _is_int(item):
             n = shape[d]
-            bad = (item >= n) | (item < -n)
-            if bool(bad.any()):
-                i = int(item[bad].reshape(-1)[0])
+            i = int(item)
+            if not -n <= i < n:
                 raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
-        d += 1
+            offset += (i % n) * stride[d]
+            d += 1
+        elif isinstance(item, slice):
+            n, s = shape[d], stride[d]
+            step = 1 if item.step is None else int(item.step)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            start, stop, _ = slice(item.start, item.stop, 1).indices(n)
+            length = max(0, (stop - start + step - 1) // step)
+            if length:
+                offset += start * s
+            out_shape.append(length)
+            out_stride.append(s * step)
+            d += 1
+        else:
+            arr = _to_array(item, device)
+            if arr.dtype.kind == "b" or (isinstance(item, Tensor) and item.dtype is D.uint8):
+                mask_shape = tuple(shape[d : d + arr.ndim])
+                if tuple(arr.shape) != mask_shape:
+                    raise IndexError(
+                        f"The shape of the mask {list(arr.shape)} at index {d} does not match "
+                        f"the shape of the indexed tensor {list(mask_shape)}"
+                    )
+                for pos in arr.nonzero():
+                    advanced[len(out_shape)] = pos
+                    out_shape.append(shape[d])
+                    out_stride.append(stride[d])
+                    d += 1
+            else:
+                n = shape[d]
+                if arr.size:
+                    bad = (arr >= n) | (arr < -n)
+                    if bool(bad.any()):
+                        i = int(arr[bad].reshape(-1)[0])
+                        raise IndexError(
+                            f"index {i} is out of bounds for dimension {d} with size {n}"
+                        )
+                advanced[len(out_shape)] = arr
+                out_shape.append(n)
+                out_stride.append(stride[d])
+                d += 1
+    out_shape.extend(shape[d:])
+    out_stride.extend(stride[d:])
+    arrays = ()
+    if advanced:
+        last = max(advanced)
+        arrays = tuple(advanced.get(k, slice(None)) for k in range(last + 1))
+    return (tuple(out_shape), tuple(out_stride), offset), arrays
 
 
 def _differentiated(t: Tensor) -> bool:
@@ -139,44 +189,50 @@ def _index_op(t: Tensor, arrays: tuple) -> Tensor:
     return OPS["_index"].fn(t, indices=arrays)
 
 
+def _view(t: Tensor, geometry) -> Tensor:
+    """``t`` viewed with ``geometry``; ``t`` itself when the view would be all of it."""
+    shape, stride, offset = geometry
+    if shape == t._shape and offset == t._offset and stride == strides_of(t):
+        return t
+    if _differentiated(t):  # through the as_strided row, so autograd records the view
+        from tensorplay._dispatch import OPS  # noqa: PLC0415
+
+        return OPS["as_strided"].fn(t, *geometry)
+    return make_view(t, *geometry)
+
+
 def getitem(t: Tensor, index):
-    index = _normalize(index)
-    if all(_is_basic(i) for i in index):
-        index = _expand_ellipsis(index, t.dim())
-        geometry = basic_geometry(t, index)
-        if _differentiated(t):  # through the as_strided row, so autograd records the view
+    geometry, arrays = plan(t._shape, strides_of(t), t._offset, index, t.device)
+    if not arrays:
+        if _differentiated(t):  # a view even when it covers all of t (x[...] is x's view)
             from tensorplay._dispatch import OPS  # noqa: PLC0415
 
             return OPS["as_strided"].fn(t, *geometry)
         return make_view(t, *geometry)
-    index = _expand_ellipsis(index, t.dim())
-    arrays = tuple(_to_array(i, t) for i in index)
-    _check_advanced_bounds(arrays, t._shape)
-    if _differentiated(t) and _grad_on():
-        return _index_op(t, arrays)
-    if t._data is None:
-        probe = np.broadcast_to(np.empty((), np.int8), t._shape)[arrays]
+    v = _view(t, geometry)
+    if _differentiated(v) and _grad_on():
+        return _index_op(v, arrays)
+    if v._data is None:
+        probe = np.broadcast_to(np.empty((), np.int8), v._shape)[arrays]  # meta: host index arrays
         return empty_tensor(probe.shape, t.dtype, t.device)
     from tensorplay._tensor import adopt_array  # noqa: PLC0415
 
-    return adopt_array(t._data[arrays], t.dtype, t.device)
+    return adopt_array(v._data[arrays], t.dtype, t.device)
 
 
 def setitem(t: Tensor, index, value) -> None:
     from tensorplay._dispatch import check_writable  # noqa: PLC0415
 
     check_writable("__setitem__", t)
-    index = _expand_ellipsis(_normalize(index), t.dim())
+    geometry, arrays = plan(t._shape, strides_of(t), t._offset, index, t.device)
     tracked = _differentiated(t) or (isinstance(value, Tensor) and _differentiated(value))
     if tracked and _grad_on():
         _setitem_recorded(t, index, value)
         return
-    if all(_is_basic(i) for i in index):
-        target = make_view(t, *basic_geometry(t, index))
+    target = make_view(t, *geometry)
+    if not arrays:
         target.copy_(value) if isinstance(value, Tensor) else target.fill_(value)
         return
-    arrays = tuple(_to_array(i, t) for i in index)
-    _check_advanced_bounds(arrays, t._shape)
     if t._data is None:
         return
     if isinstance(value, Tensor):
@@ -187,36 +243,40 @@ def setitem(t: Tensor, index, value) -> None:
         value = value._data if value.device is t.device else value.item()
     try:
         with np.errstate(all="ignore"):
-            t._data[arrays] = value
+            target._data[arrays] = value
     except ValueError as e:
         raise RuntimeError(f"__setitem__(): {e}") from None
     t._bump_version()
 
 
-def _setitem_recorded(t: Tensor, index: tuple, value) -> None:
+def _setitem_recorded(t: Tensor, index, value) -> None:
     """``t[index] = value`` as the in-place ``_index_put_`` row, so autograd records it.
 
-    A basic index becomes the index arrays of the positions it selects (numpy's basic
-    indexing is torch's for positive steps), which works for any layout of ``t``.
+    The index is applied to an array of ``t``'s flat positions (with the same plan, so the
+    same rules); the positions it selects become index arrays over ``t``, which works for
+    any index and any layout of ``t``.
     """
     from tensorplay._dispatch import OPS  # noqa: PLC0415
     from tensorplay._factories import tensor  # noqa: PLC0415
 
-    if all(_is_basic(i) for i in index):
-        basic_geometry(t, index)  # bounds and step checks, with torch's messages
-        positions = np.arange(t.numel()).reshape(t._shape)[index]
-        arrays = tuple(_on_device(a, t) for a in np.unravel_index(positions, t._shape))
-    else:
-        arrays = tuple(_to_array(i, t) for i in index)
-        _check_advanced_bounds(arrays, t._shape)
+    flat = np.arange(t.numel()).reshape(t._shape)
+    (shape, stride, offset), arrays = plan(
+        t._shape, tuple(s // flat.itemsize for s in flat.strides), 0, index, CPU
+    )
+    positions = np.lib.stride_tricks.as_strided(
+        flat.reshape(-1)[offset:],
+        shape,
+        tuple(s * flat.itemsize for s in stride),
+    )
+    if arrays:
+        positions = positions[arrays]
+    index_arrays = tuple(_on_device(a, t.device) for a in np.unravel_index(positions, t._shape))
     if not isinstance(value, Tensor):
         value = tensor(value, dtype=t.dtype, device=t.device)
-    OPS["_index_put"].inplace_fn(t, value, indices=arrays)
+    OPS["_index_put"].inplace_fn(t, value, indices=index_arrays)
 
 
-def _on_device(arr: np.ndarray, t: Tensor):
-    if t.device.type == "cuda":
-        from tensorplay._device import cupy_or_raise  # noqa: PLC0415
-
+def _on_device(arr, device):
+    if device.type == "cuda" and isinstance(arr, np.ndarray):
         return cupy_or_raise().asarray(arr)
     return arr
