@@ -366,3 +366,67 @@ def test_cuda_gradients_and_dynamic(cuda_device):
         ((x * 2).sigmoid() * x).sum().backward()
         np.testing.assert_allclose(g, x.grad.cpu().numpy(), rtol=1e-4, atol=1e-6)
     assert len(cf._tensorplay_cache) == 1
+
+
+# ---- fast math beside broadcast operands; build failures fall back ----------------------
+
+
+@pytest.mark.parametrize("fn", [tp.silu, tp.gelu, lambda v: tp.gelu(v, approximate="tanh")])
+@pytest.mark.parametrize(
+    ("x_shape", "y_shape"), [((8, 1), (16,)), ((1,), ()), ((16,), (8, 1)), ((3, 1, 5), (4, 1))]
+)
+def test_fast_math_next_to_a_broadcast_operand_builds_and_matches_eager(fn, x_shape, y_shape):
+    def f(x, y):
+        return y + fn(x), y * tp.exp(x) * x
+
+    x, y = tp.randn(*x_shape), tp.randn(*y_shape)
+    cf = tp.compile(f, backend="tvm")
+    for got, want in zip(cf(x, y), f(x, y)):
+        assert_close(got, want)
+    assert all(r.route == "tvm" for r in cf.report())
+
+
+def test_a_region_tvm_cannot_build_runs_in_the_interpreter_with_tvm_message(monkeypatch):
+    from tensorplay.compiler import _tvm_backend  # noqa: PLC0415
+
+    real = _tvm_backend.lower_region
+
+    def flaky(tvm, region, *args, **kwargs):
+        if any(n.op_name == "sin" for n in region.nodes):
+            raise tvm.error.InternalError("Check failed: demo lowering bug")
+        return real(tvm, region, *args, **kwargs)
+
+    monkeypatch.setattr(_tvm_backend, "lower_region", flaky)
+
+    def f(x):
+        return (x * 2).sum(dim=0).sin() + 1
+
+    x = tp.randn(4, 3)
+    cf = tp.compile(f, backend="tvm")
+    assert_close(cf(x), f(x))
+    report = cf.report()
+    assert report["mul"].route == "tvm"
+    for node in ("sin", "add"):
+        row = report[node]
+        assert (row.route, row.fallback) == ("interpreter", True)
+        assert row.reason == "TVM build failed: InternalError: Check failed: demo lowering bug"
+    strict = tp.compile(f, backend="tvm", strict=True)
+    with pytest.raises(RuntimeError, match=r"sin \(sin\): TVM build failed: .*demo lowering bug"):
+        strict(x)
+
+
+def test_every_node_not_lowered_says_why():
+    op = FakeLibraryOp()
+
+    def f(x):
+        return op(x.exp()).sum() + x.max()
+
+    x = tp.randn(6)
+    for backend in ("eager", "tvm"):
+        cf = tp.compile(f, backend=backend)
+        assert_close(cf(x), f(x))
+        rows = [r for r in cf.report() if r.route != "tvm"]
+        assert rows and all(r.reason for r in rows), str(cf.report())
+    eager = tp.compile(f, backend="eager")
+    eager(x)
+    assert eager.report()["exp"].reason == "backend 'eager' lowers nothing: every node runs eagerly"

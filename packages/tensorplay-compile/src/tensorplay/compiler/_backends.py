@@ -149,21 +149,21 @@ def barrier_kind(node: Node) -> str | None:
     return "custom_op"
 
 
-def interpreter_rows(gm: GraphModule) -> list[ReportRow]:
-    """Every node run by the interpreter (library ops keep their own route)."""
+def interpreter_rows(gm: GraphModule, reason: str) -> list[ReportRow]:
+    """Every node run by the interpreter, saying ``reason`` (library ops keep their route)."""
     rows = []
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         kind = barrier_kind(node)
-        rows.append(ReportRow(node.name, node.op_name, kind or "interpreter"))
+        rows.append(ReportRow(node.name, node.op_name, kind or "interpreter", reason))
     return rows
 
 
 @register_backend("eager")
 def eager(gm: GraphModule, example_inputs: list) -> Callable:
     """Run the captured graph through the ``Interpreter`` (the reference path)."""
-    rows = interpreter_rows(gm)
+    rows = interpreter_rows(gm, "backend 'eager' lowers nothing: every node runs eagerly")
 
     def run(*args: Any) -> Any:
         return Interpreter(gm).run(*args)

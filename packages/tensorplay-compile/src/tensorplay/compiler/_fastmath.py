@@ -6,7 +6,9 @@ of +, *, /, floor, min/max and bit casts only, so a vectorised loop stays vector
 Accuracy (float32, checked against numpy in tests/compile/test_fastmath.py): a few ulp.
 
 Each takes a PrimExpr and binds it once with ``Let`` so the argument is computed once
-however often the formula reads it.
+however often the formula reads it. Inside ``hoisted(build)`` those bindings are not
+nested in the formula but placed around the whole expression ``build`` returns (what a
+kernel must do; see ``hoisted``).
 """
 
 from __future__ import annotations
@@ -24,13 +26,35 @@ class FastMath:
     def __init__(self, tvm: ModuleType) -> None:
         self.tirx = tvm.tirx
         self.te = tvm.te
+        self._bindings: list | None = None  # collected by hoisted(), else None
 
     def _c(self, v: float) -> Any:
         return self.tirx.const(v, "float32")
 
     def _let(self, name: str, value: Any, body: Callable[[Any], Any]) -> Any:
         var = self.tirx.Var(name, "float32")
-        return self.tirx.Let(var, value, body(var))
+        if self._bindings is None:
+            return self.tirx.Let(var, value, body(var))
+        self._bindings.append((var, value))
+        return body(var)
+
+    def hoisted(self, build: Callable[[], Any]) -> Any:
+        """``build()`` with every ``Let`` its formulas bind moved around the whole result.
+
+        NOTE: TVM's loop vectorizer visits both operands of a product twice when one of
+        them changes but stays scalar (a broadcast operand), and a ``Let`` seen twice fails
+        its check "Let cannot bind the same var to two different values". A chain of
+        ``Let`` s at the top of the expression is visited once. Values only read earlier
+        bindings, so the chain keeps the order they were made in.
+        """
+        outer, self._bindings = self._bindings, []
+        try:
+            expr = build()
+            for var, value in reversed(self._bindings):
+                expr = self.tirx.Let(var, value, expr)
+        finally:
+            self._bindings = outer
+        return expr
 
     def _poly(self, x: Any, coeffs: tuple) -> Any:
         """Horner: coeffs[0] * x**(n-1) + ... + coeffs[-1]."""

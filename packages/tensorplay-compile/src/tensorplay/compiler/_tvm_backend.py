@@ -58,7 +58,9 @@ def compile_graph(
     plan = partition(gm.graph, device_type, copies=copies, max_size=MAX_EXPRESSION)
     kernels: dict[Region, Kernel] = {}
     for step in plan.steps:
-        if isinstance(step, Region):
+        if not isinstance(step, Region):
+            continue
+        try:
             kernels[step] = lower_region(
                 tvm,
                 step,
@@ -68,6 +70,10 @@ def compile_graph(
                 fast_math=fast_math,
                 vector_lanes=vector_lanes,
             )
+        except Exception as e:  # noqa: BLE001 - a kernel TVM cannot build must not fail the call
+            reason = f"TVM build failed: {_message(e)}"
+            plan.reasons.update(dict.fromkeys(step.nodes, reason))
+    plan = _without_failed_regions(plan, kernels)
     runner = _Runner(gm, plan, kernels)
 
     def run(*args: Any) -> Any:
@@ -78,6 +84,27 @@ def compile_graph(
     run._tensorplay_codegen = "tvm"  # type: ignore[attr-defined]
     run._tensorplay_target = str(tvm_target.kind.name)  # type: ignore[attr-defined]
     return run
+
+
+def _message(error: Exception) -> str:
+    """The error's own message: TVM puts it on the last line, after its C++ traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}".rstrip(": ")
+
+
+def _without_failed_regions(plan: Plan, kernels: dict[Region, Kernel]) -> Plan:
+    """``plan`` with every region that has no kernel run node by node by the interpreter.
+
+    The region's nodes keep their graph order and their inputs were ready before the
+    region, so running them in its place keeps the steps valid.
+    """
+    steps: list = []
+    for step in plan.steps:
+        if isinstance(step, Region) and step not in kernels:
+            steps.extend(step.nodes)
+        else:
+            steps.append(step)
+    return Plan(steps, plan.reasons)
 
 
 def _rows(gm: GraphModule, plan: Plan) -> list[ReportRow]:

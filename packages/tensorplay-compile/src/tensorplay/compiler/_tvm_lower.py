@@ -145,7 +145,7 @@ def lower_region(
 
     def body(members: list) -> Any:
         def fcompute(*idx: Any) -> Any:  # TE reads the positional arity
-            exprs = [build(m, tuple(idx)) for m in members]
+            exprs = [fm.hoisted(lambda m=m: build(m, tuple(idx))) for m in members]
             return exprs if len(exprs) > 1 else exprs[0]
 
         return fcompute
