@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -232,3 +234,79 @@ def test_grad_flows_through_the_eager_backend():
     x = tp.tensor([1.0, 2.0], requires_grad=True)
     cf(x).backward()
     assert x.grad.tolist() == [2.0, 4.0]
+
+
+# ---- guards: globals, closures, default dtype -------------------------------------------
+
+SCALE = 2.0
+OFFSET = tp.ones(3)
+settings = types.ModuleType("settings")  # a config module: its attributes are guarded
+settings.SHIFT = 0.0
+
+
+def _helper(x):
+    return x + settings.SHIFT
+
+
+def _scaled(x):
+    return _helper(x * SCALE + OFFSET)
+
+
+def test_changed_global_scalar_and_tensor_retrace_and_match_eager(monkeypatch):
+    module = sys.modules[__name__]
+    cf = tp.compile(_scaled, backend="eager")
+    x = tp.tensor([1.0, 2.0, 3.0])
+    assert cf(x).tolist() == [3.0, 5.0, 7.0]
+    monkeypatch.setattr(module, "SCALE", 10.0)
+    assert cf(x).tolist() == _scaled(x).tolist() == [11.0, 21.0, 31.0]
+    monkeypatch.setattr(module, "OFFSET", tp.tensor([0.5, 0.5, 0.5]))  # a new tensor
+    assert cf(x).tolist() == _scaled(x).tolist() == [10.5, 20.5, 30.5]
+    monkeypatch.setattr(settings, "SHIFT", -0.5)  # read by a helper, through a module
+    assert cf(x).tolist() == _scaled(x).tolist() == [10.0, 20.0, 30.0]
+    assert len(cf._tensorplay_cache) == 4
+    OFFSET.add_(1.0)  # in place: the graph reads the tensor itself, no retrace
+    assert cf(x).tolist() == _scaled(x).tolist() == [11.0, 21.0, 31.0]
+    monkeypatch.setattr(module, "SCALE", 2.0)  # a value seen before reuses its artifact
+    monkeypatch.setattr(module, "OFFSET", tp.tensor([0.5, 0.5, 0.5]))
+    assert cf(x).tolist() == _scaled(x).tolist() == [2.0, 4.0, 6.0]
+    assert len(cf._tensorplay_cache) == 5
+
+
+def test_changed_closure_value_retraces():
+    threshold = 0.0
+
+    def f(x):
+        return tp.where(x > threshold, x, tp.zeros_like(x))
+
+    cf = tp.compile(f, backend="eager")
+    x = tp.tensor([-1.0, 0.5, 2.0])
+    assert cf(x).tolist() == [0.0, 0.5, 2.0]
+    threshold = 1.0  # noqa: F841 - read by f through its closure
+    assert cf(x).tolist() == f(x).tolist() == [0.0, 0.0, 2.0]
+
+
+def test_default_dtype_is_part_of_the_key():
+    cf = tp.compile(lambda x: x + tp.ones(2), backend="eager")
+    x = tp.tensor([1, 2])
+    assert cf(x).dtype == tp.float32
+    previous = tp.get_default_dtype()
+    tp.set_default_dtype(tp.float64)
+    try:
+        out = cf(x)
+    finally:
+        tp.set_default_dtype(previous)
+    assert out.dtype == tp.float64 and out.tolist() == [2.0, 3.0]
+    assert len(cf._tensorplay_cache) == 2
+
+
+def test_state_changed_while_tracing_does_not_retrace_every_call():
+    traces = []
+
+    def f(x):
+        traces.append(len(traces))  # runs once per trace, not per call
+        return x * 2
+
+    cf = tp.compile(f, backend="eager")
+    for _ in range(3):
+        assert cf(tp.ones(2)).tolist() == [2.0, 2.0]
+    assert traces == [0] and len(cf._tensorplay_cache) == 1

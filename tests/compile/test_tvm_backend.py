@@ -3,6 +3,8 @@ strict mode, alignment, markers. Skipped (cleanly) when apache-tvm is not usable
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from compile_helpers import FakeLibraryOp
@@ -430,3 +432,47 @@ def test_every_node_not_lowered_says_why():
     eager = tp.compile(f, backend="eager")
     eager(x)
     assert eager.report()["exp"].reason == "backend 'eager' lowers nothing: every node runs eagerly"
+
+
+# ---- autocast and globals -------------------------------------------------------------------
+
+
+def _matmul_then_pointwise(a, b):
+    h = a @ b
+    return (h.relu() + 1) * 2, tp.exp(h) * 3 + 1  # exp runs in float32 under autocast
+
+
+@pytest.mark.parametrize("dtype", [tp.bfloat16, tp.float16])
+def test_autocast_gives_eager_dtypes_and_values(dtype):
+    a, b = tp.randn(4, 8), tp.randn(8, 5)
+    cf = tp.compile(_matmul_then_pointwise, backend="tvm")
+    for _ in range(2):  # the first call builds, the second runs the cached artifact
+        with tp.autocast("cpu", dtype=dtype):
+            got, want = cf(a, b), _matmul_then_pointwise(a, b)
+        assert [g.dtype for g in got] == [w.dtype for w in want] == [dtype, tp.float32]
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g.float().numpy(), w.float().numpy(), rtol=1e-6)
+    report = cf.report()
+    assert report["relu"].reason == f"dtype {dtype.name} unsupported"
+    assert report["mul_1"].route == report["add_1"].route == "tvm"  # float32 after exp
+    got, want = cf(a, b), _matmul_then_pointwise(a, b)  # autocast off: its own artifact
+    assert [g.dtype for g in got] == [tp.float32, tp.float32]
+    for g, w in zip(got, want):
+        assert_close(g, w)
+    assert cf.report()["relu"].route == "tvm" and len(cf._tensorplay_cache) == 2
+
+
+BIAS = 1.0
+
+
+def _biased(x):
+    return tp.silu(x) + BIAS
+
+
+def test_changed_global_scalar_recompiles_the_kernel(monkeypatch):
+    cf = tp.compile(_biased, backend="tvm")
+    x = tp.randn(16)
+    assert_close(cf(x), _biased(x))
+    monkeypatch.setattr(sys.modules[__name__], "BIAS", -3.0)
+    assert_close(cf(x), tp.silu(x) - 3.0)
+    assert len(cf._tensorplay_cache) == 2

@@ -2,10 +2,11 @@
 
 A call is keyed by its *specialisation*: for every tensor argument its shape (or, with
 ``dynamic=True``, only its rank and which dims are 0 or 1), dtype, device and
-``requires_grad``; every other argument by value; and whether grad mode is on. A key seen
-before reuses its artifact; a new one traces ``fn`` again and asks the backend for a new
-artifact, up to ``config.recompile_limit`` artifacts, after which new keys run ``fn``
-eagerly (with a warning).
+``requires_grad``; every other argument by value; grad mode, the default dtype and the
+autocast state; and the guards on the globals and closure values ``fn`` reads (see
+``_guards``). A key seen before reuses its artifact; a new one traces ``fn`` again and
+asks the backend for a new artifact, up to ``config.recompile_limit`` artifacts, after
+which new keys run ``fn`` eagerly (with a warning).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay._capture import GraphCaptureError
+from tensorplay.compiler._autocast import autocast_state, run_recording_dtypes
 from tensorplay.compiler._backends import lookup_backend, validate_options
+from tensorplay.compiler._guards import Guards, collect
 from tensorplay.compiler._report import Report, ReportRow
 from tensorplay.graph import GraphModule, Tracer
 
@@ -41,6 +44,7 @@ class Config:
 
 
 config = Config()
+_NOT_RUN = object()  # _build's result when building did not already run the call
 
 
 class Artifact:
@@ -62,6 +66,8 @@ class Artifact:
         self._tensorplay_codegen = codegen
         self._tensorplay_target = target
         self.shape_specialized = shape_specialized
+        # the values its guards summarise by id, kept alive so no id is reused while cached
+        self.guarded: list = []
 
     def __call__(self, *args: Any) -> Any:
         return self.fn(*args)
@@ -151,23 +157,40 @@ class CompiledFunction:
         self._tensorplay_cache: dict[tuple, Artifact] = {}
         self._last: Artifact | None = None
         self._limit_warned = False
+        # collected at the first miss (a decorator runs before the globals it reads exist)
+        self._guards = Guards([])
 
     # ---- calling -------------------------------------------------------------------------
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        names, tensors, constants, key = self._specialise(args, kwargs)
+        names, tensors, constants, spec = self._specialise(args, kwargs)
+        artifact = self._lookup(spec, tensors)
+        if artifact is None:
+            # a helper function may have been replaced: read which globals to guard again
+            self._guards = collect(self._fn)
+            artifact = self._lookup(spec, tensors)
+        result = _NOT_RUN
+        if artifact is None:
+            if len(self._tensorplay_cache) >= config.recompile_limit:
+                return self._over_limit(args, kwargs)
+            artifact, result = self._build(names, tensors, constants, spec)
+        self._last = artifact
+        if result is not _NOT_RUN:
+            return result
+        if artifact.graph_module is None:  # the capture failed: fn itself runs
+            return self._fn(*args, **kwargs)
+        return artifact(*tensors)
+
+    def _key(self, spec: tuple) -> tuple:
+        return spec + (("guards", self._guards.snapshot()),)
+
+    def _lookup(self, spec: tuple, tensors: list) -> Artifact | None:
+        key = self._key(spec)
         artifact = self._tensorplay_cache.get(key)
         if artifact is None and self.dynamic:
             # a graph that read shapes while tracing is valid for those shapes only
             artifact = self._tensorplay_cache.get(key + (_shapes(tensors),))
-        if artifact is None:
-            if len(self._tensorplay_cache) >= config.recompile_limit:
-                return self._over_limit(key, args, kwargs)
-            artifact = self._build(names, tensors, constants, key)
-        self._last = artifact
-        if artifact.graph_module is None:  # the capture failed: fn itself runs
-            return self._fn(*args, **kwargs)
-        return artifact(*tensors)
+        return artifact
 
     def report(self) -> Report:
         """How the most recent call's specialisation runs: one row per captured node."""
@@ -183,7 +206,9 @@ class CompiledFunction:
         except TypeError as e:
             raise TypeError(f"{self.__name__}(): {e}") from None
         bound.apply_defaults()
-        names, tensors, constants, key = [], [], {}, [tp.is_grad_enabled()]
+        names, tensors, constants = [], [], {}
+        # what changes the traced graph besides the arguments
+        key: list = [tp.is_grad_enabled(), tp.get_default_dtype(), autocast_state()]
         for pname, value in bound.arguments.items():
             kind = self._signature.parameters[pname].kind
             if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -217,15 +242,24 @@ class CompiledFunction:
 
     # ---- building ------------------------------------------------------------------------
 
-    def _build(self, names: list, tensors: list, constants: dict, key: tuple) -> Artifact:
+    def _build(self, names: list, tensors: list, constants: dict, spec: tuple) -> tuple:
+        """``(artifact, result)``; ``result`` is ``_NOT_RUN`` unless building ran the call."""
         try:
             gm, shape_specialized = self._trace(names, tensors, constants)
         except GraphCaptureError as e:
+            key = self._key(spec)
             if self.fullgraph or self.strict:
                 raise
             artifact = self._eager_artifact(key, f"capture failed: {e}")
+            artifact.guarded = self._guards.values()
             self._tensorplay_cache[key] = artifact
-            return artifact
+            return artifact, _NOT_RUN
+        # NOTE: guarded values are read after tracing: Python state the function changed
+        # while traced (a list counting traces) is what the graph was built with
+        key, guarded = self._key(spec), self._guards.values()
+        result = _NOT_RUN
+        if autocast_state():  # traced dtypes are pre-autocast: take eager's (see _autocast)
+            result = run_recording_dtypes(gm, tensors)
         compiled = self._backend(gm, list(tensors), **self.options)
         rows = getattr(compiled, "report_rows", None)
         if rows is None:  # a third-party backend: every node is its own route
@@ -244,10 +278,11 @@ class CompiledFunction:
             target=getattr(compiled, "_tensorplay_target", None),
             shape_specialized=shape_specialized,
         )
+        artifact.guarded = guarded
         if self.dynamic and shape_specialized:
             key = key + (_shapes(tensors),)
         self._tensorplay_cache[key] = artifact
-        return artifact
+        return artifact, result
 
     def _trace(self, names: list, tensors: list, constants: dict) -> tuple[GraphModule, bool]:
         """Capture ``fn`` with tensors as placeholders and other arguments baked in."""
@@ -309,7 +344,7 @@ class CompiledFunction:
                 f"{details}"
             )
 
-    def _over_limit(self, key: tuple, args: tuple, kwargs: dict) -> Any:
+    def _over_limit(self, args: tuple, kwargs: dict) -> Any:
         msg = (
             f"tp.compile({self.__name__}): recompile limit of {config.recompile_limit} "
             "specialisations reached; running new ones eagerly. Use dynamic=True for varying "
