@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import logging
 import sys
@@ -310,3 +311,39 @@ def test_state_changed_while_tracing_does_not_retrace_every_call():
     for _ in range(3):
         assert cf(tp.ones(2)).tolist() == [2.0, 2.0]
     assert traces == [0] and len(cf._tensorplay_cache) == 1
+
+
+def _times(k):
+    return lambda x: x * k
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args):
+        return fn(*args)
+
+    return wrapper
+
+
+GAIN = 1.0
+DOUBLE, TRIPLE = _times(2.0), _times(3.0)
+
+
+@_logged
+def _gained(x):
+    return x * GAIN
+
+
+def test_guards_reach_decorated_helpers_and_each_closure_of_one_factory(monkeypatch):
+    module = sys.modules[__name__]
+
+    def f(x):
+        return _gained(DOUBLE(x) + TRIPLE(x))
+
+    cf = tp.compile(f, backend="eager")
+    x = tp.ones(2)
+    assert cf(x).tolist() == [5.0, 5.0]
+    monkeypatch.setattr(module, "GAIN", 10.0)  # read by the function functools.wraps wrapped
+    assert cf(x).tolist() == f(x).tolist() == [50.0, 50.0]
+    monkeypatch.setattr(module, "TRIPLE", _times(4.0))  # same code, another closure value
+    assert cf(x).tolist() == f(x).tolist() == [60.0, 60.0]

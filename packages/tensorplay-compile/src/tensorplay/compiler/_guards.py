@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dis
 import functools
-import inspect
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -34,6 +33,7 @@ __all__ = ["Guards", "collect"]
 _MISSING = object()  # a name not bound (yet): binding it later must retrace
 _LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
 _ATTRS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_BY_ID = frozenset({types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type})
 _MAX_ITEMS = 64  # longer containers are compared by identity: a snapshot runs every call
 
 
@@ -51,7 +51,7 @@ class Guards:
         return [read() for read in self._readers]
 
     def snapshot(self) -> tuple:
-        return tuple(_summary(read(), 0) for read in self._readers)
+        return tuple([_summary(read(), 0) for read in self._readers])
 
 
 def collect(fn: Callable) -> Guards:
@@ -62,9 +62,10 @@ def collect(fn: Callable) -> Guards:
     visited: set[int] = set()
     while pending:  # iterative: helpers may call each other in cycles
         func = _python_function(pending.pop())
-        if func is None or id(func.__code__) in visited:
+        if func is None or id(func) in visited:
             continue
-        visited.add(id(func.__code__))
+        visited.add(id(func))
+        pending.append(getattr(func, "__wrapped__", None))  # what a functools.wraps wrapper calls
         env = func.__globals__
         for name, attr in _global_reads(func.__code__):
             if ("global", id(env), name, attr) in seen:
@@ -84,7 +85,6 @@ def _python_function(obj: Any) -> types.FunctionType | None:
         obj = obj.__func__
     if isinstance(obj, functools.partial):
         obj = obj.func
-    obj = inspect.unwrap(obj) if callable(obj) else obj
     if not isinstance(obj, types.FunctionType):
         return None
     if (obj.__module__ or "").split(".")[0] == "tensorplay":
@@ -131,6 +131,8 @@ def _cell_reader(cell: types.CellType) -> Callable[[], Any]:
 def _summary(value: Any, depth: int) -> Any:
     """A hashable stand-in for ``value``, equal exactly when a traced graph may be reused."""
     kind = type(value)
+    if kind in _BY_ID:  # the usual globals (``tp``, helpers) first: a snapshot runs every call
+        return ("id", id(value))
     if isinstance(value, tp.Tensor):
         return ("tensor", id(value), tuple(value.shape), value.dtype, value.device,
                 value.requires_grad)  # fmt: skip
