@@ -476,3 +476,30 @@ def test_changed_global_scalar_recompiles_the_kernel(monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "BIAS", -3.0)
     assert_close(cf(x), tp.silu(x) - 3.0)
     assert len(cf._tensorplay_cache) == 2
+
+
+class _LyingFakeOp:
+    """A library-style op whose fake (meta) result says float32; the real one is float64."""
+
+    name = "demo::widen"
+
+    def __call__(self, x):
+        if tp.capture.capturing() and tp.capture.contains_proxy((x,)):
+            return tp.capture.capture_call(self, (x,), {})
+        return x * 2 if x.device.type == "meta" else (x * 2).double()
+
+
+def test_a_kernel_handed_other_dtypes_than_traced_runs_its_ops_eagerly(caplog):
+    op = _LyingFakeOp()
+
+    def f(x):
+        return tp.exp(op(x)) + 1
+
+    x = tp.randn(8)
+    cf = tp.compile(f, backend="tvm")
+    with caplog.at_level("INFO", logger="tensorplay.compiler"):
+        got = cf(x)
+    want = f(x)
+    assert got.dtype == want.dtype == tp.float64
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    assert "was built for inputs ['float32'], got ['float64[8]']" in caplog.text

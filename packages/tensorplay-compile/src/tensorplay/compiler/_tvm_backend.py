@@ -14,6 +14,7 @@ differentiates them (recompute: no intermediate is kept from the forward kernel)
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,7 @@ from tensorplay.graph._graph import Node
 __all__ = ["compile_graph"]
 
 _ALIGN = 64
+logger = logging.getLogger("tensorplay.compiler")
 
 
 def compile_graph(
@@ -133,6 +135,7 @@ class _Runner(Interpreter):
         self.plan = plan
         self.kernels = kernels
         self._last_step_use = _last_uses(gm, plan)
+        self._mismatched: set[Region] = set()
 
     def run(self, *args: Any) -> Any:
         self.env = {}
@@ -157,6 +160,21 @@ class _Runner(Interpreter):
     def _run_region(self, region: Region) -> list:
         inputs = [self.env[n] for n in region.inputs]
         kernel = self.kernels[region]
+        if not kernel.accepts(inputs):
+            # the captured metadata was wrong (a fake kernel's dtype or shape): the kernel
+            # would misread the buffers, so this call runs the region's ops eagerly
+            if region not in self._mismatched:  # logged once per region
+                self._mismatched.add(region)
+                got = [f"{t.dtype.name}{list(t.shape)}" for t in inputs]
+                logger.info(
+                    "tp.compile: TVM region %d was built for inputs %s, got %s; it runs eagerly",
+                    region.index,
+                    kernel.input_dtypes,
+                    got,
+                )
+            for node in region.nodes:
+                self.env[node] = self.run_node(node)
+            return [self.env[o] for o in region.outputs]
         if tp.is_grad_enabled() and any(t.requires_grad for t in inputs):
             return list(_RegionFunction.apply(kernel, *inputs))
         return run_kernel(kernel, inputs)

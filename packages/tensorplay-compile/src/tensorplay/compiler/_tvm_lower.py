@@ -64,9 +64,19 @@ class Kernel:
     func: Any
     region: Region
     input_dims: list  # per input: tuple of int or _Dim
+    input_dtypes: list
     output_dims: list  # per output: tuple of int or _Dim
     output_dtypes: list
     source: str  # the scheduled TIR, for debugging and docs
+
+    def accepts(self, inputs: list) -> bool:
+        """The tensors have the dtypes and static sizes the kernel was built for."""
+        for t, dims, dtype in zip(inputs, self.input_dims, self.input_dtypes):
+            if t.dtype.name != dtype or len(t.shape) != len(dims):
+                return False
+            if any(d != n for d, n in zip(dims, t.shape) if not isinstance(d, _Dim)):
+                return False
+        return True
 
     def output_shapes(self, input_shapes: list[tuple]) -> list[tuple]:
         """Concrete output shapes for these input shapes (binds the symbolic dims)."""
@@ -180,6 +190,7 @@ def lower_region(
         func=built["main"],
         region=region,
         input_dims=[dims[i] for i in region.inputs],
+        input_dtypes=[_dtype_of(i) for i in region.inputs],
         output_dims=[dims[o] for o in outputs],
         output_dtypes=[_dtype_of(o) for o in outputs],
         source=mod.script(),
