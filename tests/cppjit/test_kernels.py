@@ -217,24 +217,8 @@ def test_device_fallback_allocates_with_tensorplay():
     ctypes.CFUNCTYPE(None, ctypes.c_void_p)(managed.deleter)(ptr)  # the consumer's release
 
 
-SYSTEM_LIB = r"""
-// A kernel that registers itself in the process-wide system library when loaded, the way
-// kernels linked into an executable do (tvm-ffi's TVMFFIEnvModRegisterSystemLibSymbol).
-static int tp_add_one(void*, const TVMFFIAny* args, int32_t num_args, TVMFFIAny* ret) {
-  TVM_FFI_SAFE_CALL_BEGIN();
-  TVM_FFI_CHECK(num_args == 1, "add_one takes 1 argument");
-  int64_t x = reinterpret_cast<const tvm::ffi::AnyView*>(args)[0].cast<int64_t>();
-  reinterpret_cast<tvm::ffi::Any*>(ret)[0] = x + 1;
-  TVM_FFI_SAFE_CALL_END();
-}
-static int registered = TVMFFIEnvModRegisterSystemLibSymbol(
-    "__tvm_ffi_tp_cppjit_test.add_one", reinterpret_cast<void*>(tp_add_one));
-"""
-
-
-def test_system_lib_reaches_kernels_registered_in_the_process():
-    cpp_jit.load_inline("syslib_provider", cpp_sources=SYSTEM_LIB)
-    lib = cpp_jit.system_lib("tp_cppjit_test.")
+def test_system_lib_reaches_kernels_registered_in_the_process(system_lib_prefix):
+    lib = cpp_jit.system_lib(system_lib_prefix)
     assert lib.add_one(41) == 42
     with pytest.raises(AttributeError, match="has no function 'missing'"):
         lib.missing  # noqa: B018
@@ -242,13 +226,10 @@ def test_system_lib_reaches_kernels_registered_in_the_process():
         cpp_jit.system_lib(3)
 
 
-def test_kernel_attributes_match_the_exchange_mode(kit):
-    from tensorplay.utils.cpp_jit._module import native_exchange
-
-    if native_exchange():  # tvm-ffi converts TensorPlay tensors itself, in C
-        assert type(kit.add_ints).__module__.startswith("tvm_ffi")
-    else:  # the checking wrapper of the __dlpack__ fallback
-        assert isinstance(kit.add_ints, cpp_jit.Kernel)
+def test_kernel_attributes_are_checking_kernels_in_both_exchange_modes(kit):
+    # with or without the native exchange table, calls go through Kernel's write checks
+    assert isinstance(kit.add_ints, cpp_jit.Kernel)
+    assert kit.add_ints.__qualname__ == "kit.add_ints"
 
 
 HOST_ALLOCATOR = r"""

@@ -1,6 +1,6 @@
 """Both ways TensorPlay tensors cross into kernels: through tensorplay._C's DLPack exchange
-table (tvm-ffi converts them in C; kernel attributes are the engine's own functions;
-read-only/misaligned/meta tensors are refused by the table), and, with
+table (tvm-ffi converts them in C; read-only/misaligned/meta tensors are refused by the
+table), and, with
 TENSORPLAY_PURE_PYTHON=1 (no table), through cpp_jit's own conversion wrapper: the kernel,
 seed and composition tests run again that way in a subprocess."""
 
@@ -28,7 +28,12 @@ def test_kernel_tests_pass_without_the_native_table(cache_dir):
         "TENSORPLAY_PURE_PYTHON": "1",
         "TENSORPLAY_TEST_CACHE_DIR": str(cache_dir),
     }
-    files = ["test_kernels.py", "test_seed_examples.py", "test_library_compose.py"]
+    files = [
+        "test_kernels.py",
+        "test_kernel_safety.py",
+        "test_seed_examples.py",
+        "test_library_compose.py",
+    ]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],
         cwd=HERE,
@@ -50,7 +55,7 @@ def test_the_native_module_provides_the_table():
     assert type(table).__name__ == "PyCapsule" and '"dlpack_exchange_api"' in repr(table)
 
 
-def test_module_hands_out_engine_functions_with_a_native_table(monkeypatch):
+def test_kernels_pass_tensors_unconverted_with_a_native_table(monkeypatch):
     if not cpp_jit.is_available():
         pytest.skip("apache-tvm-ffi not installed")
     from tensorplay.utils.cpp_jit import _module
@@ -61,4 +66,4 @@ def test_module_hands_out_engine_functions_with_a_native_table(monkeypatch):
     monkeypatch.setattr(tp.Tensor, "__dlpack_c_exchange_api__", object(), raising=False)
     assert _module.native_exchange()
     fresh = cpp_jit.load_module(mod.path)
-    assert type(fresh.f).__module__.startswith("tvm_ffi") and fresh.f() == 3
+    assert fresh.f._convert is False and fresh.f() == 3

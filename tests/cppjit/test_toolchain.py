@@ -61,5 +61,5 @@ def test_damaged_precompiled_header_is_remade(monkeypatch):
 
 
 def test_non_gcc_compilers_build_without_it(monkeypatch):
-    monkeypatch.setattr(_pch, "_is_gcc", lambda cxx: False)
+    monkeypatch.setattr(_pch, "_gcc_version", lambda cxx: None)
     assert _pch.include_flags() == []

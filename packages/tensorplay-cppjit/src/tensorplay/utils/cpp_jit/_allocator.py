@@ -1,7 +1,7 @@
 """Installing TensorPlay's environment allocator for ``Tensor::FromEnvAlloc`` (first use).
 
 The allocator itself is C++ (``_allocator.cc``), compiled once through the build cache
-and loaded like any other cpp_jit library: CPU requests never touch Python or the GIL.
+into cpp_jit's helper library (``_support``): CPU requests never touch Python or the GIL.
 Requests for other devices (CUDA) come back here, to ``_device_alloc``, which allocates
 with ``tp.empty`` (CuPy's pool) and hands out TensorPlay's own DLPack export.
 """
@@ -9,15 +9,10 @@ with ``tp.empty`` (CuPy's pool) and hands out TensorPlay's own DLPack export.
 from __future__ import annotations
 
 import ctypes
-import threading
-from pathlib import Path
-from typing import Any
 
 import tensorplay as tp
 from tensorplay._dlpack import _FROM_DL, DLTensor  # the one DLPack ABI description we have
-from tensorplay.utils.cpp_jit import _build, _engine
-
-_SOURCE = Path(__file__).with_name("_allocator.cc")
+from tensorplay.utils.cpp_jit import _support
 
 # int (*)(DLTensor*, DLManagedTensorVersioned**, void* error_ctx, SetError)
 _ALLOC_FN = ctypes.CFUNCTYPE(
@@ -33,8 +28,6 @@ _capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_v
 # PyCapsule keeps the name pointer: the buffer must live as long as the process
 _USED = ctypes.create_string_buffer(b"used_dltensor_versioned")
 
-_lock = threading.Lock()
-_library: Any = None
 _active = False
 
 
@@ -72,20 +65,6 @@ def _device_alloc(proto_ptr, out, error_ctx, set_error):
         return -1
 
 
-def library() -> Any:
-    """The loaded allocator library (built into the cache on first use)."""
-    global _library
-    with _lock:
-        if _library is None:
-            path = _build.build_inline(
-                "tensorplay_env_allocator",
-                cpp_sources=_SOURCE.read_text(),
-                functions=["install", "is_active", "live_blocks"],
-            )
-            _library = _engine.engine().load_module(path)
-    return _library
-
-
 def ensure_installed() -> bool:
     """Install TensorPlay's allocator unless a host allocator is already installed.
 
@@ -93,7 +72,7 @@ def ensure_installed() -> bool:
     """
     global _active
     if not _active:
-        lib = library()
+        lib = _support.library()
         addr = ctypes.cast(_device_alloc, ctypes.c_void_p).value
         _active = bool(lib.install(addr))
     return _active
@@ -101,4 +80,4 @@ def ensure_installed() -> bool:
 
 def live_blocks() -> int:
     """CPU blocks the native allocator handed out that are not freed yet."""
-    return int(library().live_blocks())
+    return int(_support.library().live_blocks())

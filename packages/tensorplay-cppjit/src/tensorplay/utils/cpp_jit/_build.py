@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import re
+import shlex
 import shutil
 import sysconfig
 import threading
@@ -33,6 +34,11 @@ Sources = str | Sequence[str]
 Functions = Sequence[str] | Mapping[str, str] | str
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# Characters that cannot appear in a line of build.ninja at all (a newline would start a
+# new ninja statement), and, for paths tvm-ffi writes into build lines unescaped, the
+# ones ninja gives a meaning there ('$' variables, ' ' separates paths).
+_NOT_IN_NINJA = re.compile(r"[\x00-\x1f\x7f]")
+_NOT_IN_BUILD_LINE = re.compile(r"[\x00-\x1f\x7f$ ]")
 # g++/clang (file:line:col: error:) and nvcc (file(line): error:) diagnostics
 _DIAGNOSTIC = re.compile(r"^\S+?(?::\d+(?::\d+)?:|\(\d+\):) (?:fatal )?error\b.*$", re.M)
 
@@ -115,27 +121,67 @@ def _files(arg: str, value: object) -> list[Path]:
     for p in paths:
         if not p.is_file():
             raise FileNotFoundError(f"cpp_jit: {arg}: no such source file: {p}")
+        check_build_path(arg, p)
     return paths
+
+
+def check_build_path(arg: str, path: Path) -> Path:
+    """``path`` if tvm-ffi can write it into a ninja build line as it is, else ValueError."""
+    bad = _NOT_IN_BUILD_LINE.search(str(path))
+    if bad:
+        raise ValueError(
+            f"cpp_jit: {arg}: the path {str(path)!r} contains {bad.group()!r}, which the build "
+            "file (ninja) cannot take in a path; use a path without spaces, '$' or control "
+            "characters"
+        )
+    return path
+
+
+def _shell_flag(arg: str, flag: str) -> str:
+    """One compiler/linker argument as a ninja variable holds it for ``/bin/sh``: quoted
+    for the shell (``;``, backquotes and spaces stay literal), ``$`` escaped for ninja."""
+    bad = _NOT_IN_NINJA.search(flag)
+    if bad:
+        raise ValueError(
+            f"cpp_jit: {arg}: {flag!r} contains the control character {bad.group()!r}, which "
+            "cannot go into the build file; pass one flag per list item, without newlines"
+        )
+    return shlex.quote(flag).replace("$", "$$")
 
 
 # ---- the build ----------------------------------------------------------------------------------
 
 
 class _Options:
-    """Flags shared by the inline and the file-based builds, validated and normalised."""
+    """Flags shared by the inline and the file-based builds, validated and normalised.
+
+    Each list item is one argument (as in ``subprocess.run``), never split by a shell.
+    tvm-ffi joins flags with spaces into build.ninja, whose commands run through
+    ``/bin/sh``: ``engine_kwargs`` hands it every flag already quoted, and include
+    folders as ``-I`` flags (tvm-ffi would write those unquoted).
+    """
 
     def __init__(self, extra_cflags, extra_cuda_cflags, extra_ldflags, extra_include_paths):
-        self.cflags = _str_list("extra_cflags", extra_cflags)
-        self.cuda_cflags = _str_list("extra_cuda_cflags", extra_cuda_cflags)
-        self.ldflags = _str_list("extra_ldflags", extra_ldflags)
+        self.cflags = [f.strip() for f in _str_list("extra_cflags", extra_cflags)]
+        self.cuda_cflags = [f.strip() for f in _str_list("extra_cuda_cflags", extra_cuda_cflags)]
+        self.ldflags = [f.strip() for f in _str_list("extra_ldflags", extra_ldflags)]
         self.include_paths = [
             str(Path(p).resolve()) for p in _str_list("extra_include_paths", extra_include_paths)
         ]
+        # refuse an unusable flag now, not after a cache lookup
+        for arg, flags in (
+            ("extra_cflags", self.cflags),
+            ("extra_cuda_cflags", self.cuda_cflags),
+            ("extra_ldflags", self.ldflags),
+            ("extra_include_paths", self.include_paths),
+        ):
+            for flag in flags:
+                _shell_flag(arg, flag)
 
     def link_cuda_runtime(self) -> None:
         # tvm-ffi links -lcudart without an rpath; record where it is so the library
         # loads without LD_LIBRARY_PATH (the toolkit path also enters the cache key).
-        home = _cuda.cuda_home()
+        home = check_build_path("CUDA_HOME (the CUDA toolkit)", _cuda.cuda_home())
         for lib in ("lib64", "lib"):
             if (home / lib).is_dir():
                 self.ldflags.append(f"-Wl,-rpath,{(home / lib).resolve()}")
@@ -154,14 +200,16 @@ class _Options:
             "cuda_arch": _cuda.cuda_arch_list() if with_cuda else None,
         }
 
-    def engine_kwargs(self, precompiled: bool = False) -> dict:
+    def engine_kwargs(self, pch_flags: Sequence[str] = ()) -> dict:
         # the precompiled preamble changes compile time, not the library: not in the key
-        cflags = [*_pch.include_flags(), *self.cflags] if precompiled else self.cflags
+        includes = [f"-I{p}" for p in self.include_paths]
+        cflags = [*pch_flags, *self.cflags, *includes]
+        cuda_cflags = [*self.cuda_cflags, *includes]
         return {
-            "extra_cflags": cflags,
-            "extra_cuda_cflags": self.cuda_cflags,
-            "extra_ldflags": self.ldflags,
-            "extra_include_paths": self.include_paths,
+            "extra_cflags": [_shell_flag("extra_cflags", f) for f in cflags],
+            "extra_cuda_cflags": [_shell_flag("extra_cuda_cflags", f) for f in cuda_cflags],
+            "extra_ldflags": [_shell_flag("extra_ldflags", f) for f in self.ldflags],
+            "extra_include_paths": [],
         }
 
 
@@ -264,12 +312,16 @@ def _cached_or_built(
 
 
 def _entry(name: str, key: str, build_directory: object) -> Path:
+    """The folder the build runs in (its path goes into build.ninja) and is cached in."""
     if build_directory is None:
-        return _cache.entry_dir(name, key)
+        return check_build_path(
+            "the build cache folder (TENSORPLAY_CACHE_DIR)", _cache.entry_dir(name, key)
+        )
     if not isinstance(build_directory, (str, os.PathLike)):
         raise TypeError(f"cpp_jit: build_directory must be a path, got {build_directory!r}")
-    path = Path(build_directory).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    path = check_build_path("build_directory", Path(build_directory).expanduser().resolve())
+    _cache.make_private_dir(path)
+    _cache.check_private(path, "build_directory")
     return path
 
 
@@ -313,15 +365,18 @@ def build_inline(
     )
 
     def run_engine(build_dir: Path) -> str:
-        with _build_environment(with_cuda):
+        def compile_(pch_flags: list[str]) -> str:
             return tvm_ffi.cpp.build_inline(
                 name=name,
                 cpp_sources=cpp,
                 cuda_sources=cuda,
                 functions=fmap,
                 build_directory=str(build_dir),
-                **opts.engine_kwargs(precompiled=cpp is not None),
+                **opts.engine_kwargs(pch_flags),
             )
+
+        with _build_environment(with_cuda):
+            return _pch.build_with(compile_) if cpp is not None else compile_([])
 
     what = "C++ and CUDA" if with_cuda and cpp is not None else ("CUDA" if with_cuda else "C++")
     entry = _entry(name, key, build_directory)

@@ -13,6 +13,11 @@ A library is loaded only when the manifest's key is the one asked for and the fi
 size and SHA-256 match the manifest: a planted, stale or truncated file is rebuilt,
 never loaded. The manifest is written last (also by rename), so a crash mid-build
 leaves an entry that simply does not verify.
+
+A manifest only helps while nobody else can write the folder: whoever can plant a library
+can write its manifest too. So, as ssh does with ``~/.ssh``, a cache folder (and every
+folder above it) owned by another user, or writable by group or others without the
+sticky bit, is refused with a ``PermissionError``; nothing in it is loaded or built.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,16 +41,51 @@ def cache_root() -> Path:
     root = Path(base) if base else Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "tensorplay"
     root = root.expanduser() / "cpp_jit"
     try:
-        _make_private_dir(root)
+        make_private_dir(root)
     except OSError as exc:
         raise PermissionError(
             f"cpp_jit: cannot create the build cache folder {root} ({exc.strerror}); "
             "point TENSORPLAY_CACHE_DIR at a writable folder"
         ) from exc
+    check_private(root, "the build cache folder")
     return root
 
 
-def _make_private_dir(path: Path) -> None:
+def check_private(folder: Path, what: str) -> None:
+    """Refuse ``folder`` if a user other than us (and root) could change what is in it.
+
+    ``folder`` must be ours and not group/world-writable; each folder above it must be
+    ours or root's, and group/world-writable only with the sticky bit (as ``/tmp``), where
+    others cannot rename or delete what we own.
+    """
+    uid = os.geteuid()
+    path = folder.resolve()
+    for p in (path, *path.parents):
+        st = os.stat(p)
+        problem = _not_private(st, uid, above=p != path)
+        if problem:
+            fix = f"chown {uid} {p} && chmod go-w {p}"
+            raise PermissionError(
+                f"cpp_jit: refusing {what} {path}: {p} {problem} (mode "
+                f"{stat.S_IMODE(st.st_mode):o}), so another user could plant a library there "
+                f"that cpp_jit would load. Use a folder only you can write (set "
+                f"TENSORPLAY_CACHE_DIR), or, if you trust this one, `{fix}`"
+            )
+
+
+def _not_private(st: os.stat_result, uid: int, above: bool) -> str | None:
+    """Why a folder (``above``: a folder above the one we use) fails ``check_private``."""
+    if st.st_uid != uid and not (above and st.st_uid == 0):
+        owner = "neither you nor root" if above else "not you"
+        return f"is owned by uid {st.st_uid}, {owner} (you are uid {uid})"
+    if st.st_mode & 0o022 and not (above and st.st_mode & stat.S_ISVTX):
+        return "is writable by its group or by everyone" + (
+            " without the sticky bit" if above else ""
+        )
+    return None
+
+
+def make_private_dir(path: Path) -> None:
     # mkdir(mode=) is filtered by the umask and skips existing parents: create each
     # missing level ourselves so every folder we make is 0700 (others cannot plant files).
     missing = []
@@ -77,7 +118,12 @@ def file_sha256(path: Path) -> str:
 
 
 def verified(entry: Path, library: str, key: str) -> Path | None:
-    """The entry's library if its manifest vouches for exactly these bytes, else None."""
+    """The entry's library if its manifest vouches for exactly these bytes, else None.
+
+    Raises ``PermissionError`` when the entry folder exists but is not private.
+    """
+    if entry.exists():
+        check_private(entry, "the build cache entry")
     lib = entry / library
     try:
         manifest = json.loads((entry / MANIFEST).read_text())
@@ -88,7 +134,7 @@ def verified(entry: Path, library: str, key: str) -> Path | None:
         return None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -110,14 +156,15 @@ def publish(entry: Path, built: Path, library: str, key: str) -> Path:
         (entry / MANIFEST).unlink()
     os.replace(built, target)
     manifest = {"key": key, "sha256": file_sha256(target), "size": target.stat().st_size}
-    _atomic_write(entry / MANIFEST, json.dumps(manifest).encode())
+    atomic_write(entry / MANIFEST, json.dumps(manifest).encode())
     return target
 
 
 @contextlib.contextmanager
 def locked(entry: Path) -> Iterator[None]:
     """Exclusive, cross-process lock on one cache entry (released if the process dies)."""
-    _make_private_dir(entry)
+    make_private_dir(entry)
+    check_private(entry, "the build cache entry")
     with open(entry / ".lock", "a+b") as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX)
         try:

@@ -7,6 +7,12 @@ inline builds compile with ``-include <that header>``: GCC then loads the ``.gch
 instead of parsing. If the ``.gch`` does not fit the build's flags GCC silently parses the
 header text instead, so a mismatch costs time, never correctness. Compilers other than
 GCC, and failures to make the header, simply build without it.
+
+GCC trusts a ``.gch`` blindly: a damaged one crashes it (an internal compiler error in
+every later build). So the header is used only when its SHA-256 matches the one recorded
+when it was made (hashing it costs ~0.1 s, paid only when something is compiled), a
+mismatch rebuilds it, and a build that still fails in a way that points at the header
+(``build_with``) is retried without it, the header being remade next time.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from tensorplay.utils.cpp_jit import _cache, _engine
@@ -44,16 +51,15 @@ _failed = False  # a failed attempt is not retried in this process
 
 
 @functools.lru_cache(maxsize=4)
-def _is_gcc(cxx: str) -> bool:
+def _gcc_version(cxx: str) -> str | None:
+    """``cxx --version``'s first line when ``cxx`` is GCC (a new GCC gets a new header)."""
     try:
         out = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
-        return False
-    return (
-        out.returncode == 0
-        and "Free Software Foundation" in out.stdout
-        and "clang" not in out.stdout
-    )
+        return None
+    if out.returncode != 0 or "Free Software Foundation" not in out.stdout:
+        return None
+    return None if "clang" in out.stdout else out.stdout.splitlines()[0]
 
 
 def _flags() -> list[str]:
@@ -65,36 +71,41 @@ def _flags() -> list[str]:
     return ["-std=c++17", "-fPIC", "-O2", *(f"-I{p}" for p in incs)]
 
 
+def _location() -> tuple[Path, str, str, list[str]] | None:
+    """(folder, key, compiler, flags) of this cache's header, or None without GCC."""
+    cxx = os.environ.get("CXX", "c++")
+    version = _gcc_version(cxx) if shutil.which(cxx) else None
+    if version is None:
+        return None
+    tvm_ffi = _engine.engine()
+    flags = _flags()
+    key = _cache.content_key(
+        {"pch": PREAMBLE, "flags": flags, "cxx": cxx, "gcc": version, "engine": tvm_ffi.__version__}
+    )
+    return _cache.cache_root() / f"pch_{key[:16]}", key, cxx, flags
+
+
 def _verified(folder: Path, key: str) -> bool:
     gch = folder / f"{HEADER}.gch"
     try:
         record = json.loads((folder / _cache.MANIFEST).read_text())
-        st = gch.stat()
-    except (OSError, ValueError):
+        if record.get("key") != key or (folder / HEADER).read_text() != PREAMBLE:
+            return False
+        return gch.stat().st_size == record.get("size") and _cache.file_sha256(gch) == record.get(
+            "sha256"
+        )
+    except (OSError, ValueError):  # missing, unreadable or corrupt: not trusted
         return False
-    # size and mtime (not a hash of ~70 MB on every build): the folder is private (0700)
-    return (
-        record.get("key") == key
-        and record.get("size") == st.st_size
-        and record.get("mtime_ns") == st.st_mtime_ns
-    )
 
 
 def include_flags() -> list[str]:
     """``["-include", header]`` for inline C++ builds, or ``[]`` when no PCH is usable."""
     global _failed
-    cxx = os.environ.get("CXX", "c++")
-    if _failed or not shutil.which(cxx) or not _is_gcc(cxx):
+    where = None if _failed else _location()
+    if where is None:
         return []
-    tvm_ffi = _engine.engine()
-    flags = _flags()
-    key = _cache.content_key(
-        {"pch": PREAMBLE, "flags": flags, "cxx": cxx, "engine": tvm_ffi.__version__}
-    )
-    folder = _cache.cache_root() / f"pch_{key[:16]}"
+    folder, key, cxx, flags = where
     header = folder / HEADER
-    if _verified(folder, key):
-        return ["-include", str(header)]
     with _lock, _cache.locked(folder):
         if not _verified(folder, key):
             try:
@@ -104,6 +115,32 @@ def include_flags() -> list[str]:
                 logger.info("cpp_jit: building without a precompiled header (%s)", exc)
                 return []
     return ["-include", str(header)]
+
+
+def discard() -> None:
+    """Forget this cache's header: the next build that wants it makes it again."""
+    where = _location()
+    if where is not None:
+        with _lock, _cache.locked(where[0]):
+            (where[0] / _cache.MANIFEST).unlink(missing_ok=True)
+
+
+def build_with(compile_: Callable[[list[str]], str]) -> str:
+    """``compile_(pch_flags)`` with the header; if that fails in a way that points at the
+    header (GCC crashed, or named the ``.gch``), once more without it, and the header is
+    remade by the next build."""
+    flags = include_flags()
+    if not flags:
+        return compile_([])
+    try:
+        return compile_(flags)
+    except RuntimeError as exc:
+        log = str(exc)
+        if "internal compiler error" not in log and f"{HEADER}.gch" not in log:
+            raise
+        logger.warning("cpp_jit: the precompiled header failed the build; retrying without it")
+        discard()
+        return compile_([])
 
 
 def _make(folder: Path, header: Path, key: str, cxx: str, flags: list[str]) -> None:
@@ -119,10 +156,9 @@ def _make(folder: Path, header: Path, key: str, cxx: str, flags: list[str]) -> N
             timeout=600,
         )
         gch = folder / f"{HEADER}.gch"
+        record = {"key": key, "size": os.stat(tmp).st_size, "sha256": _cache.file_sha256(Path(tmp))}
         os.replace(tmp, gch)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-    st = gch.stat()
-    record = {"key": key, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    (folder / _cache.MANIFEST).write_text(json.dumps(record))
+    _cache.atomic_write(folder / _cache.MANIFEST, json.dumps(record).encode())
