@@ -50,6 +50,20 @@ def test_axpby_gradients_and_errors():
 
 
 @pytest.mark.usefixtures("engine")
+def test_axpby_only_reads_its_inputs_so_their_versions_stay():
+    # cpp_jit bumps the version of every tensor a kernel may write; axpby declares x and y
+    # read-only, so a tensor saved for backward by another op can still go through it
+    x = tp.ones(4, requires_grad=True)
+    w = x * 2
+    s = w.exp()  # saves w for backward
+    v = w._version
+    tp.ops.tpk.axpby(w.detach(), w.detach(), 1.0, 1.0)
+    assert w._version == v
+    s.sum().backward()
+    assert x.grad.tolist() == pytest.approx([2 * np.exp(2.0)] * 4)
+
+
+@pytest.mark.usefixtures("engine")
 def test_axpby_cuda_library_builds_for_the_h200(monkeypatch):
     if shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists():
         pytest.skip("nvcc not installed")

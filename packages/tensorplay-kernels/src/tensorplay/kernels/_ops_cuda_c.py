@@ -102,8 +102,14 @@ def _module(device_type: str) -> Any:
             cpp_sources=_CUDA_DECL,
             cuda_sources=CUDA_SOURCE,
             functions=["axpby_cuda"],
+            read_only={"axpby_cuda": [0, 1]},  # x and y are only read: no version bump
         )
-    return cpp_jit.load_inline("tpk_axpby_cpu", cpp_sources=CPP_SOURCE, functions=["axpby_cpu"])
+    return cpp_jit.load_inline(
+        "tpk_axpby_cpu",
+        cpp_sources=CPP_SOURCE,
+        functions=["axpby_cpu"],
+        read_only={"axpby_cpu": [0, 1]},
+    )
 
 
 def _run(device_type: str, x: tp.Tensor, y: tp.Tensor, alpha: float, beta: float) -> tp.Tensor:
