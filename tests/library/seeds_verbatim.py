@@ -93,12 +93,21 @@ def check_weighted_sum_body_is_the_default_kernel():
     assert library.get_kernel(weighted_sum, "default") is weighted_sum.__wrapped__
 
 
-def check_weighted_sum_is_differentiable_implicitly():
+def check_weighted_sum_without_a_formula_raises_at_backward():
+    # NOTE: library-api.md (opcheck, test_autograd_registration) still says a missing
+    # formula is legal because kernels compose implicitly; since issue 13 an op without
+    # register_autograd is not differentiated through its body (as in PyTorch)
     x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
     w = tp.tensor([0.5, 0.25, 2.0], requires_grad=True)
-    weighted_sum(x, w).backward()
-    assert x.grad.tolist() == [0.5, 0.25, 2.0]
-    assert w.grad.tolist() == [1.0, 2.0, 3.0]
+    y = weighted_sum(x, w)
+    assert y.requires_grad and y.item() == 0.5 + 0.5 + 6.0
+    try:
+        y.backward()
+    except RuntimeError as e:
+        assert "Autograd has not been implemented for operator mylib::weighted_sum" in str(e)
+    else:
+        raise AssertionError("backward through an op without a formula must raise")
+    assert x.grad is None and w.grad is None
 
 
 def check_demo_scaled_uses_its_registered_backward():

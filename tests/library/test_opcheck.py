@@ -124,13 +124,49 @@ def test_schema_catches_output_aliasing_an_input(qualname):
     assert "output 0 aliases input 'x'" in failures["test_schema"]
 
 
-def test_autograd_registration_catches_a_broken_graph(qualname):
-    op = library.custom_op(qualname(), lambda x: tp.tensor(x.detach().numpy() * 2))
+@pytest.mark.parametrize(
+    "body, aliased",
+    [
+        (lambda x: tp.from_numpy(x.numpy()), "output 0 aliases input 'x'"),
+        (lambda x: tp.from_numpy(x.numpy()[1:]), "output 0 aliases input 'x'"),
+        (lambda x: (lambda y: (y, tp.from_numpy(y.numpy())))(x * 2), "output 1 aliases output 0"),
+    ],
+    ids=["same_memory", "part_of_it", "two_outputs"],
+)
+def test_schema_catches_a_new_tensor_over_an_inputs_memory(qualname, body, aliased):
+    op = library.custom_op(qualname(), body)
+    failures = library.opcheck(op, (tp.ones(3),), test_utils="test_schema", raise_exception=False)
+    assert failures["test_schema"].startswith(f"OpCheckError: {op.name}: {aliased}")
+    assert ".clone()" in failures["test_schema"]
+
+
+def test_schema_passes_outputs_in_fresh_memory(qualname):
+    op = library.custom_op(qualname(), lambda x: (tp.from_numpy(x.numpy() * 2), x.sum()))
+    assert library.opcheck(op, (tp.ones(3),), test_utils="test_schema") == {}
+
+
+def test_autograd_registration_catches_a_missing_formula(qualname):
+    name = qualname()
+    op = library.custom_op(name, lambda x: tp.from_numpy(x.numpy() * 2))
     failures = library.opcheck(
         op, (tp.ones(2),), test_utils="test_autograd_registration", raise_exception=False
     )
-    assert "does not require grad" in failures["test_autograd_registration"]
-    assert "register_autograd" in failures["test_autograd_registration"]
+    assert failures["test_autograd_registration"].startswith(
+        f"RuntimeError: Autograd has not been implemented for operator {name}"
+    )
+    assert f"{name}.register_autograd(" in failures["test_autograd_registration"]
+
+
+def test_autograd_registration_catches_a_non_differentiable_output(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)
+    op.register_autograd(
+        lambda ctx, g: g * 2,
+        setup_context=lambda ctx, inputs, output: ctx.mark_non_differentiable(output),
+    )
+    failures = library.opcheck(
+        op, (tp.ones(2),), test_utils="test_autograd_registration", raise_exception=False
+    )
+    assert "output 0 does not require grad" in failures["test_autograd_registration"]
 
 
 def test_autograd_registration_catches_a_dropped_gradient(qualname):
@@ -142,8 +178,12 @@ def test_autograd_registration_catches_a_dropped_gradient(qualname):
     assert "input 'w' got no gradient" in failures["test_autograd_registration"]
 
 
-def test_implicit_autograd_passes_the_registration_check(qualname):
+def test_a_registered_formula_passes_the_registration_check(qualname):
     op = library.custom_op(qualname(), lambda x: (x * x).sum(dim=0))
+    op.register_autograd(
+        lambda ctx, g: 2 * ctx.saved_tensors[0] * g,
+        setup_context=lambda ctx, inputs, output: ctx.save_for_backward(inputs[0]),
+    )
     assert library.opcheck(op, (tp.ones(3, 2),), test_utils="test_autograd_registration") == {}
 
 
@@ -159,6 +199,21 @@ def test_faketensor_catches_wrong_shape_and_dtype(qualname):
         op, (tp.ones(3, 2),), test_utils="test_faketensor", raise_exception=False
     )
     assert "float64" in failures["test_faketensor"]
+
+
+def test_faketensor_catches_a_fake_that_leaves_the_meta_device(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 2)
+    op.register_fake(lambda x: tp.empty(x.shape))  # a CPU tensor, even for meta inputs
+    failures = library.opcheck(
+        op, (tp.ones(2),), test_utils="test_faketensor", raise_exception=False
+    )
+    assert failures["test_faketensor"] == (
+        f"OpCheckError: {op.name}: the op on meta tensors puts output 0 on cpu; for meta "
+        "inputs a fake kernel must return meta tensors (build them from the inputs, e.g. "
+        "x.new_empty(shape), or pass device=x.device)"
+    )
+    op.register_fake(lambda x: tp.empty(x.shape, device=x.device))
+    assert library.opcheck(op, (tp.ones(2),), test_utils="test_faketensor") == {}
 
 
 def test_faketensor_catches_a_fake_that_reads_data(qualname):
@@ -231,6 +286,7 @@ def test_tolerances_are_forwarded(qualname, mini_tracer):
 
 def test_devices_runs_per_device_and_keys_failures(qualname, mini_tracer):
     op = library.custom_op(qualname(), lambda x: x * 2, device_types="cpu")
+    op.register_autograd(lambda ctx, g: g * 2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         failures = library.opcheck(
@@ -254,5 +310,6 @@ def test_devices_on_cuda(qualname, mini_tracer):
 
 def test_gradcheck_check_leaves_tp_autograd_gradcheck_callable(qualname):
     op = library.custom_op(qualname(), lambda x: x * 2)
+    op.register_autograd(lambda ctx, g: g * 2)
     library.opcheck(op, (tp.ones(2),), test_utils="test_gradcheck")
     assert callable(tp.autograd.gradcheck)

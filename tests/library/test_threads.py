@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import threading
 
+import pytest
+
 import tensorplay as tp
 from tensorplay import library
 
@@ -88,9 +90,76 @@ def test_set_kernel_enabled_and_calls_from_many_threads(qualname):
     op.register_kernel("cpu", lambda x: x * 0 + 2)
 
     def work(i):
-        for _ in range(50):
-            assert op(tp.zeros(1)).item() in (1.0, 2.0)
+        for j in range(50):
+            if j % 2:
+                assert op(tp.zeros(1)).item() == 2.0  # the main thread's block is not theirs
+            else:
+                with op.set_kernel_enabled("cpu", False):
+                    assert op(tp.zeros(1)).item() == 1.0
 
     with op.set_kernel_enabled("cpu", False):
         assert _run_threads(work) == []
+        assert op(tp.zeros(1)).item() == 1.0
+    assert op(tp.zeros(1)).item() == 2.0
+
+
+def test_set_kernel_enabled_affects_only_the_calling_thread(qualname):
+    # Two threads, deterministically interleaved (events): A disables, B disables, A leaves
+    # its block while B is still inside, then B leaves. Saving and restoring one global
+    # state, B ran the CPU kernel inside its block and the kernel stayed disabled after.
+    op = library.custom_op(qualname(), lambda x: x * 0 + 1)  # the agnostic kernel: 1
+    op.register_kernel("cpu", lambda x: x * 0 + 2)  # the CPU kernel: 2
+    a_inside, b_inside, a_left = threading.Event(), threading.Event(), threading.Event()
+    seen: dict = {}
+
+    def call() -> float:
+        return op(tp.zeros(1)).item()
+
+    def thread_a():
+        with op.set_kernel_enabled("cpu", False):
+            seen["a in block"] = call()
+            a_inside.set()
+            b_inside.wait(5)
+            seen["a in block, b in block"] = call()
+        seen["a after"] = call()
+        a_left.set()
+
+    def thread_b():
+        a_inside.wait(5)
+        seen["b, a in block"] = call()
+        with op.set_kernel_enabled("cpu", False):
+            b_inside.set()
+            a_left.wait(5)
+            seen["b in block, a left"] = call()
+            with pytest.raises(LookupError, match="disabled"):
+                library.get_kernel(op, "cpu")
+        seen["b after"] = call()
+
+    threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+    for t in threads:
+        t.start()
+    a_inside.wait(5)
+    seen["main, a in block"] = call()
+    for t in threads:
+        t.join(10)
+    assert seen == {
+        "a in block": 1.0,
+        "main, a in block": 2.0,
+        "b, a in block": 2.0,
+        "a in block, b in block": 1.0,
+        "a after": 2.0,
+        "b in block, a left": 1.0,
+        "b after": 2.0,
+    }
+    assert call() == 2.0 and library.get_kernel(op, "cpu")(tp.zeros(1)).item() == 2.0
+    assert op._table is op._full  # no block live: calls are back on the fast path
+
+
+def test_set_kernel_enabled_nests_within_a_thread(qualname):
+    op = library.custom_op(qualname(), lambda x: x * 0 + 1)
+    op.register_kernel("cpu", lambda x: x * 0 + 2)
+    with op.set_kernel_enabled("cpu", False):
+        with op.set_kernel_enabled("cpu", True):
+            assert op(tp.zeros(1)).item() == 2.0
+        assert op(tp.zeros(1)).item() == 1.0
     assert op(tp.zeros(1)).item() == 2.0

@@ -10,13 +10,13 @@ from tensorplay.library import _registry
 from tensorplay.library._names import (
     AGNOSTIC,
     check_mutates_args,
-    check_schema,
     device_keys,
     dispatch_key as _dispatch_key,
     parse_qualname,
     schema_qualname,
 )
 from tensorplay.library._op import CustomOpDef
+from tensorplay.library._schema import check_schema, mutated_names, parse_schema
 
 __all__ = [
     "TritonOpDef",
@@ -53,8 +53,8 @@ class TileLangOpDef(CustomOpDef):
 def _definer(cls: type[CustomOpDef], name, fn, mutates_args, device_types, schema):
     namespace, opname = parse_qualname(name)
     mutates = check_mutates_args(name, mutates_args)
-    schema = check_schema(name, schema)
-    device_keys(name, device_types)  # validate before the decorator is applied
+    check_schema(name, schema)  # validate before the decorator is applied
+    device_keys(name, device_types)
 
     def define_op(func: Callable[..., Any]) -> CustomOpDef:
         if not callable(func):
@@ -81,7 +81,10 @@ def custom_op(
         fn: the body; omit it to use ``custom_op(...)`` as a decorator.
         mutates_args: names of the arguments the body writes in place.
         device_types: None (the body serves every device) or the device type(s) it serves.
-        schema: optional schema string, kept verbatim for introspection and opcheck.
+        schema: optional schema string, e.g. ``"(Tensor x, float a=1.0) -> Tensor"``; it
+            must parse, have one argument per parameter of ``fn`` (same names where it
+            names them) and mark exactly ``mutates_args`` as ``Tensor(a!)``. Kept
+            verbatim (``op.schema``).
 
     Returns the ``CustomOpDef`` (or a decorator producing it)::
 
@@ -89,7 +92,8 @@ def custom_op(
         def scaled(x):
             return x * 2
 
-    Raises ``ValueError`` for a malformed name or schema, ``TypeError`` for a bad
+    Raises ``ValueError`` for a malformed name or schema (naming the position) or a
+    schema that disagrees with ``fn``/``mutates_args``, ``TypeError`` for a bad
     ``mutates_args``, ``RuntimeError`` if ``name`` is already defined.
     """
     return _definer(CustomOpDef, name, fn, mutates_args, device_types, schema)
@@ -127,7 +131,10 @@ def define(qualname: str, schema: str | None = None, *, lib: Any = None, tags: A
     """Create the operator ``qualname`` without a kernel, if it does not exist yet.
 
     ``qualname`` may be a full ``"ns::op(Tensor x) -> Tensor"`` string. Kernels are
-    attached afterwards with ``impl`` / ``register_kernel``.
+    attached afterwards with ``impl`` / ``register_kernel``; arguments marked
+    ``Tensor(a!)`` become the op's ``mutates_args``. Defining an existing operator again
+    with the same schema (or none) changes nothing; with another schema it is a
+    ``RuntimeError``. A malformed schema is a ``ValueError`` naming the position.
     """
     if not isinstance(qualname, str):
         raise TypeError(f"define: qualname must be a str, got {type(qualname).__name__}")
@@ -137,19 +144,31 @@ def define(qualname: str, schema: str | None = None, *, lib: Any = None, tags: A
                 f"define({qualname!r}, {schema!r}): the schema is given twice; pass either a "
                 "full 'ns::op(...) -> ...' string or a name and a schema"
             )
+        parse_schema(qualname, where="define")  # errors point into the text as given
         qualname, schema = schema_qualname(qualname)
     define_op(qualname, schema, exist_ok=True)
 
 
 def define_op(qualname: str, schema: str | None, *, exist_ok: bool) -> CustomOpDef:
-    """Create a kernel-less op (shared by ``define`` and ``Library.define``)."""
+    """Create a kernel-less op (shared by ``define`` and ``Library.define``); with
+    ``exist_ok`` an existing op is returned unless ``schema`` would change it."""
     namespace, opname = parse_qualname(qualname)
-    schema = check_schema(qualname, schema)
+    parsed = check_schema(qualname, schema)
+    mutates = () if parsed is None else mutated_names(qualname, parsed)
     with _registry.lock:
-        if _registry.has_op(qualname):
-            if exist_ok:
-                return _registry.get_op(qualname)
-        return _registry.add(CustomOpDef(namespace, opname, None, (), None, schema))
+        if exist_ok and _registry.has_op(qualname):
+            op = _registry.get_op(qualname)
+            if parsed is None or (
+                op._parsed is not None and op._parsed.signature() == parsed.signature()
+            ):
+                return op
+            raise RuntimeError(
+                f"define: operator {qualname} is already defined with schema {op.schema!r}; "
+                f"defining it again with {schema!r} would change its signature. An operator is "
+                f"defined once: keep the first schema or pick another name (e.g. "
+                f"'{namespace}::{opname}_v2')"
+            )
+        return _registry.add(CustomOpDef(namespace, opname, None, mutates, None, schema))
 
 
 def impl(
@@ -178,7 +197,7 @@ def get_kernel(op: Any, dispatch_key: str) -> Callable[..., Any]:
     key = _dispatch_key(op.name, dispatch_key)
     kernel = op._kernel(key)
     if kernel is None:
-        state = "disabled" if key in op._disabled else "registered"
+        state = "disabled" if key in op._disabled_here() else "registered"
         slot = "device-agnostic" if key == AGNOSTIC else repr(key)
         raise LookupError(
             f"{op.name} has no {slot} kernel {state} (registered: {op._registered()}); "

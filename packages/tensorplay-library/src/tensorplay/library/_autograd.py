@@ -1,5 +1,11 @@
-"""Autograd for operators with ``register_autograd``: the forward builds one graph node
-directly (no ``Function.apply`` round trip), the node calls the user's ``backward``.
+"""The autograd layer of library ops, for calls with inputs that require grad.
+
+The kernel runs below autograd: grad mode off and every input detached (a view sharing
+its memory and version counter), so the kernel may call ``x.numpy()`` and its own ops
+record nothing. In grad mode the forward then builds one graph node directly (no
+``Function.apply`` round trip): it calls the ``backward`` given to ``register_autograd``,
+or, for an op without one, raises "Autograd has not been implemented" (the op is not
+differentiated through its body, as in PyTorch).
 
 The context is core's ``FunctionCtx``, so ``ctx.save_for_backward``,
 ``ctx.saved_tensors``, ``ctx.needs_input_grad``, ``ctx.mark_non_differentiable`` and
@@ -29,23 +35,32 @@ _NO_EDGE = (None, 0)
 
 
 def apply(op: CustomOpDef, args: tuple, kwargs: dict):
-    """Run ``op`` below autograd and attach its backward node to the outputs."""
-    backward, setup_context = op._formula  # type: ignore[misc]
-    inputs = op._inputs(args, kwargs)
-    if op._mutates_args:
+    """Run ``op`` below autograd on detached inputs; in grad mode, attach its backward node
+    to the outputs."""
+    recording = _grad.enabled
+    formula = op._formula  # one snapshot: a concurrent register_autograd applies next call
+    if recording and op._mutates_args:
         _check_mutated(op, args, kwargs)
+    below_args = tuple(_detached(a) for a in args)
+    below_kwargs = {k: _detached(v) for k, v in kwargs.items()} if kwargs else kwargs
     if _modes.modes:  # a dispatch mode sees the call (its ``func`` runs without grad)
-        output = op._through_mode(args, kwargs)
+        output = op._through_mode(below_args, below_kwargs)
     else:
-        first = args[0] if args else None
+        first = below_args[0] if below_args else None
         kernel = op._table.get(first.device.type) if type(first) is Tensor else None
         if kernel is None:
-            kernel = op._pick_kernel(args, kwargs)
+            kernel = op._pick_kernel(below_args, below_kwargs)
+        if not recording:
+            return op._finish(below_args, below_kwargs, kernel(*below_args, **below_kwargs))
         _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
         try:
-            output = kernel(*args, **kwargs)
+            output = op._finish(below_args, below_kwargs, kernel(*below_args, **below_kwargs))
         finally:
-            _grad.enabled = True  # apply() only runs with grad mode on
+            _grad.enabled = True
+    if not recording:
+        return output
+    backward, setup_context = formula if formula is not None else (None, None)
+    inputs = op._inputs(args, kwargs)
     single = not isinstance(output, (tuple, list))  # a list output: one grad per element
     outs = (output,) if single else tuple(output)
     ctx = FunctionCtx()
@@ -53,14 +68,21 @@ def apply(op: CustomOpDef, args: tuple, kwargs: dict):
     if setup_context is not None:
         setup_context(ctx, inputs, output)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong reference back is a cycle
-    connected = _connect(node, ctx, inputs, outs)
+    _connect(node, ctx, outs)
     if ctx._to_save:
-        ctx._saved = [
-            None if t is None else SavedTensor(_resolve(t, outs, connected), node)
-            for t in ctx._to_save
-        ]
+        ctx._saved = [None if t is None else SavedTensor(t, node) for t in ctx._to_save]
         ctx._to_save = ()  # raw references would keep the outputs (and the node) alive
-    return connected[0] if single else type(output)(connected)
+    return output
+
+
+def _detached(x: Any) -> Any:
+    """``x`` as the kernel sees it: tensors that require grad are replaced by detached views
+    (same memory, same version counter); lists of tensors element by element."""
+    if isinstance(x, Tensor):
+        return x.detach() if x.requires_grad else x
+    if (type(x) is list or type(x) is tuple) and any(isinstance(y, Tensor) for y in x):
+        return type(x)(_detached(y) for y in x)
+    return x
 
 
 def _requires_grad(x: Any) -> bool:
@@ -72,14 +94,8 @@ def _requires_grad(x: Any) -> bool:
 
 
 def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
-    if not op._mutates_args:
-        return
-    names = op._input_names()
     for name in op._mutates_args:
-        value = kwargs.get(name)
-        if value is None and name in names and names.index(name) < len(args):
-            value = args[names.index(name)]
-        if _requires_grad(value):
+        if _requires_grad(op._argument(name, args, kwargs)):
             raise RuntimeError(
                 f"{op.name}: argument {name!r} is mutated in place (mutates_args) and requires "
                 "grad; autograd through mutated arguments is not supported. Pass a tensor that "
@@ -87,39 +103,22 @@ def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
             )
 
 
-def _connect(node: CustomOpBackward, ctx: FunctionCtx, inputs: tuple, outs: tuple) -> list:
-    """Point the differentiable outputs at ``node``; an input returned as-is is detached
-    first (the output is a new tensor that aliases it)."""
+def _connect(node: CustomOpBackward, ctx: FunctionCtx, outs: tuple) -> None:
+    """Point the differentiable outputs at ``node`` (they are new tensors: the kernel check
+    refuses outputs that alias an input)."""
     non_diff = ctx._non_differentiable
-    connected = []
     for i, o in enumerate(outs):
         if isinstance(o, Tensor):
-            returned = o
-            for x in inputs:
-                if o is x:
-                    o = o.detach()
-                    break
-            if not differentiable_dtype(o.dtype) or (
-                non_diff and any(returned is t for t in non_diff)
-            ):
+            if not differentiable_dtype(o.dtype) or (non_diff and any(o is t for t in non_diff)):
                 o.requires_grad = False
             else:
                 o.requires_grad, o.grad_fn, o._output_nr = True, node, i
-        connected.append(o)
-    return connected
-
-
-def _resolve(t, before: tuple, after: list):
-    """A saved output is the tensor handed back to the caller (the one carrying the node)."""
-    for b, a in zip(before, after):
-        if t is b:
-            return a
-    return t
 
 
 class CustomOpBackward(Node):
     """The backward node of one call of a library op: calls the registered ``backward``
-    and checks that it returned one gradient per input, shaped like the input."""
+    and checks that it returned one gradient per input, shaped like the input; without a
+    registered ``backward`` it raises."""
 
     def __init__(self, op: CustomOpDef, backward, ctx: FunctionCtx, inputs: tuple, outs: tuple):
         edges: list = []
@@ -156,6 +155,15 @@ class CustomOpBackward(Node):
         self.ctx._saved = None
 
     def apply(self, grad_outputs: list) -> tuple:
+        if self.backward is None:
+            name = self.op.name
+            raise RuntimeError(
+                f"Autograd has not been implemented for operator {name}: it was called with "
+                "inputs that require grad, but it has no autograd formula (a custom op is not "
+                f"differentiated through its body). Register one with {name}.register_autograd("
+                "backward, setup_context=...), or call the op on detached inputs (x.detach()) "
+                "if no gradient is needed"
+            )
         if self.ctx.materialize_grads and any(g is None for g in grad_outputs):
             from tensorplay._factories import zeros  # noqa: PLC0415
 

@@ -7,10 +7,17 @@ re-spreading ``*args, **kwargs`` and scanning the arguments cost about 0.2 µs o
 
     def __call__(__tp_op, x, factor=__tp_d0):
         if __tp_st.plain and type(x) is __tp_T and type(factor) in __tp_NP:
-            if __tp_op._formula is None or not __tp_grad.enabled or not __tp_wants(...):
+            if not (x.requires_grad or type(factor) is __tp_T and factor.requires_grad):
                 __tp_k = __tp_op._table.get(x.device.type)
                 if __tp_k is not None:
-                    return __tp_k(x, factor)
+                    __tp_r = __tp_k(x, factor)
+                    if (  # for an op with mutates_args: False
+                        type(__tp_r) is __tp_T
+                        and __tp_r._storage is not x._storage
+                        and (type(factor) is not __tp_T or __tp_r._storage is not factor._storage)
+                    ):
+                        return __tp_r
+                    return __tp_op._finish((x, factor), {}, __tp_r)
             else:
                 return __tp_apply(__tp_op, (x, factor), {})
         return __tp_op._call_general((x, factor), {})
@@ -18,7 +25,10 @@ re-spreading ``*args, **kwargs`` and scanning the arguments cost about 0.2 µs o
 Python binds the arguments. Only calls whose arguments are all plain values (the first
 a ``Tensor``, the others tensors, numbers, strings, None or dtypes) take the fast path:
 such arguments can be neither capture proxies nor ``__tensorplay_function__``
-overrides, so neither needs a check. Everything else (lists, subclasses, proxies) takes
+overrides, so neither needs a check, and only a ``Tensor`` can require grad (then the
+autograd layer, ``_autograd.apply``, runs the kernel on detached inputs). The common
+result, one tensor in new memory from a non-mutating op, is checked inline; anything
+else goes through ``_finish``. Everything else (lists, subclasses, proxies) takes
 the general path. Arguments reach kernels bound to the signature (positional
 parameters positionally, keyword-only ones by keyword). Bodies with
 ``*args``/``**kwargs`` keep the reference ``__call__``.
@@ -49,10 +59,8 @@ def specialise(op: CustomOpDef, params: tuple[inspect.Parameter, ...]) -> None:
 
     env: dict = {
         "__tp_st": _op._state,
-        "__tp_grad": _op._grad,
         "__tp_T": Tensor,
         "__tp_NP": _op._PLAIN_TYPES,
-        "__tp_wants": _op._wants_grad,
         "__tp_apply": _autograd.apply,
     }
     sig, positional, keyword = [], [], []
@@ -77,18 +85,30 @@ def specialise(op: CustomOpDef, params: tuple[inspect.Parameter, ...]) -> None:
     args = "(" + "".join(f"{n}, " for n in positional) + ")"
     kwargs = "{" + ", ".join(f"{n!r}: {n}" for n in keyword) + "}"
     forward = ", ".join(positional + [f"{n}={n}" for n in keyword])
-    plain_args = "".join(f" and type({n}) in __tp_NP" for n in positional[1:] + keyword)
+    others = positional[1:] + keyword
+    plain_args = "".join(f" and type({n}) in __tp_NP" for n in others)
+    wants_grad = " or ".join(
+        [f"{first}.requires_grad"] + [f"type({n}) is __tp_T and {n}.requires_grad" for n in others]
+    )
+    # a mutating op always goes through _finish (its arguments' versions are bumped)
+    fresh = (
+        "False"
+        if op.mutates_args
+        else " and ".join(
+            [f"type(__tp_r) is __tp_T and __tp_r._storage is not {first}._storage"]
+            + [f"(type({n}) is not __tp_T or __tp_r._storage is not {n}._storage)" for n in others]
+        )
+    )
     src = f"""
 def __call__(__tp_op, {", ".join(sig)}):
     if __tp_st.plain and type({first}) is __tp_T{plain_args}:
-        if (
-            __tp_op._formula is None
-            or not __tp_grad.enabled
-            or not __tp_wants({args}, {kwargs})
-        ):
+        if not ({wants_grad}):
             __tp_k = __tp_op._table.get({first}.device.type)
             if __tp_k is not None:
-                return __tp_k({forward})
+                __tp_r = __tp_k({forward})
+                if {fresh}:
+                    return __tp_r
+                return __tp_op._finish({args}, {kwargs}, __tp_r)
         else:
             return __tp_apply(__tp_op, {args}, {kwargs})
     return __tp_op._call_general({args}, {kwargs})

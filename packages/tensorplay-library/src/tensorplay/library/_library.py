@@ -13,6 +13,7 @@ from typing import Any
 from tensorplay.library import _registry
 from tensorplay.library._api import define_op
 from tensorplay.library._names import parse_qualname, schema_qualname
+from tensorplay.library._schema import parse_schema
 
 __all__ = ["Library"]
 
@@ -66,13 +67,17 @@ class Library:
     def define(self, schema: str, *, alias_analysis: str = "", tags: Any = ()) -> None:
         """Define an operator from ``"name(Tensor x) -> Tensor"`` (or ``"ns::name(...)"``).
 
-        Only the name is interpreted; the schema is kept verbatim (``op.schema``).
+        The schema is parsed (a malformed one is a ``ValueError`` naming the position) and
+        kept verbatim (``op.schema``); arguments marked ``Tensor(a!)`` become the op's
+        ``mutates_args``. Defining an existing operator is a ``RuntimeError``, except in a
+        ``FRAGMENT`` library with the same schema.
         """
         if not isinstance(schema, str) or "(" not in schema:
             raise ValueError(
                 f"{self!r}.define: expected a schema like 'my_op(Tensor x) -> Tensor', "
                 f"got {schema!r}"
             )
+        parse_schema(schema, where=f"{self!r}.define")  # errors point into the text as given
         head, signature = schema_qualname(schema)
         qualname = self._qualify(head)
         if self.kind == "IMPL":

@@ -1,4 +1,5 @@
-"""Validation of what users type: operator names, mutates_args, schemas, device keys.
+"""Validation of what users type: operator names, mutates_args, device keys (schemas:
+``_schema``).
 
 Every error names the bad value and says what would be accepted.
 """
@@ -13,7 +14,6 @@ __all__ = [
     "DEVICE_TYPES",
     "parse_qualname",
     "check_mutates_args",
-    "check_schema",
     "schema_qualname",
     "device_keys",
     "dispatch_key",
@@ -66,31 +66,6 @@ def check_mutates_args(name: str, mutates_args: Any) -> tuple[str, ...]:
                 f"{type(n).__name__} {n!r}"
             )
     return names
-
-
-def check_schema(name: str, schema: Any) -> str | None:
-    """``schema`` is None or a str starting with ``(`` or with a qualified name before ``(``."""
-    if schema is None:
-        return None
-    if not isinstance(schema, str):
-        raise ValueError(
-            f"{name}: schema must be None or a str like '(Tensor x) -> Tensor', "
-            f"got {type(schema).__name__}"
-        )
-    text = schema.strip()
-    if text.startswith("("):
-        return schema
-    head = text.split("(", 1)[0].strip()
-    if (
-        "(" not in text
-        or head.count("::") != 1
-        or not all(p.isidentifier() for p in head.split("::"))
-    ):
-        raise ValueError(
-            f"{name}: schema {schema!r} must start with '(' or with a qualified name, "
-            "e.g. '(Tensor x) -> Tensor' or 'mylib::op(Tensor x) -> Tensor'"
-        )
-    return schema
 
 
 def schema_qualname(schema: str) -> tuple[str, str]:

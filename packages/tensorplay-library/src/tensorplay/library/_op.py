@@ -5,16 +5,22 @@ A call takes one of two paths:
 * the **fast path** (``__call__``; ``_fastcall`` generates a copy of it with the
   body's own signature for each op): nothing needs to see the call (``state.plain``: no
   override/dispatch mode, profiler or autocast), the first argument is a ``Tensor`` and
-  the others plain values (so none is a capture proxy or an override), and there is no
-  autograd node to build. It costs a few attribute loads and one dict hit (``_table``:
-  device type -> kernel), then the kernel runs;
+  the others plain values (so none is a capture proxy or an override), and no input
+  requires grad. It costs a few attribute loads and one dict hit (``_table``: device
+  type -> kernel), then the kernel runs;
 * the **general path** (``_call_general``), the layers in the order they run:
   capture (one graph node, the body does not run) -> ``__tensorplay_function__``
-  overrides and function modes -> autocast -> profiler span -> autograd (a node for the
-  registered formula) -> dispatch modes -> kernel.
+  overrides and function modes -> autocast -> profiler span -> autograd (inputs that
+  require grad: the kernel sees them detached, the outputs get the op's node) ->
+  dispatch modes -> kernel.
+
+After every kernel call, ``_finish`` checks that no output aliases an input and bumps
+the version of the arguments in ``mutates_args``.
 
 Registration never locks the call path: every change builds a new ``_table`` (and
-``_formula``) under the op's lock and publishes it with one attribute store.
+``_formula``) under the op's lock and publishes it with one attribute store. A
+``set_kernel_enabled`` block is per thread: while one is live anywhere, the published
+table is empty, so calls take the general path, which resolves the kernel per thread.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tensorplay.autograd import grad_mode
 from tensorplay.library import _autograd
 from tensorplay.library._fastcall import specialise
 from tensorplay.library._names import AGNOSTIC, DEVICE_TYPES, device_keys
+from tensorplay.library._schema import check_schema, check_signature
 from tensorplay.utils import _python_dispatch
 
 __all__ = ["CustomOpDef"]
@@ -43,6 +50,10 @@ _grad = grad_mode.state  # .enabled
 _modes = _python_dispatch._stack  # .modes: the dispatch modes of this thread
 # Argument types that never carry __tensorplay_function__ (the cheap override pre-check).
 _PLAIN_TYPES = frozenset({Tensor, int, float, bool, complex, str, type(None), _DType})
+_NOTHING: frozenset[str] = frozenset()
+# Published while a set_kernel_enabled block is live in some thread: every lookup misses,
+# so every call reaches _pick_kernel, which honours the calling thread's blocks.
+_PER_THREAD: dict[str, Callable[..., Any]] = {}
 
 
 class CustomOpDef:
@@ -70,9 +81,12 @@ class CustomOpDef:
         self.__name__ = self.__qualname__ = self._name
         self._mutates_args = mutates_args
         self._schema = schema
+        self._parsed = check_schema(self._name, schema)
         self._lock = threading.RLock()
         self._kernels: dict[str, Callable[..., Any]] = {}
-        self._disabled: frozenset[str] = frozenset()
+        self._local = threading.local()  # .disabled: this thread's set_kernel_enabled blocks
+        self._live_blocks = 0  # set_kernel_enabled blocks live in any thread
+        self._full: dict[str, Callable[..., Any]] = {}  # the table outside any block
         self._fake: Callable[..., Any] | None = None
         self._vmap: Callable[..., Any] | None = None
         self._autocast: dict[str, _DType] = {}
@@ -126,6 +140,8 @@ class CustomOpDef:
                     f"{self._name}: mutates_args names {m!r}, which is not a parameter of "
                     f"{getattr(fn, '__name__', fn)!r} (parameters: {sorted(names)})"
                 )
+        if self._parsed is not None:
+            check_signature(self._name, self._schema, self._parsed, fn, params, self._mutates_args)
         self._params = params
         specialise(self, params)
 
@@ -225,45 +241,73 @@ class CustomOpDef:
     @contextmanager
     def set_kernel_enabled(self, device_type: str, enabled: bool = True) -> Iterator[None]:
         """Disable (or re-enable) the concrete kernel of ``device_type`` inside the block;
-        a disabled kernel falls back to the device-agnostic one."""
+        a disabled kernel falls back to the device-agnostic one.
+
+        The block affects only the calling thread (like ``tp.no_grad``): other threads keep
+        running the kernel, and on exit the thread's previous state comes back whatever
+        other threads did meanwhile. Toggling into the state already in force warns::
+
+            with op.set_kernel_enabled("cpu", False):
+                op(x)  # the device-agnostic kernel, in this thread only
+        """
         (key,) = device_keys(self._name, device_type)
-        with self._lock:
-            was_enabled = key not in self._disabled
-            if was_enabled == bool(enabled):
-                state = "enabled" if enabled else "disabled"
-                warnings.warn(
-                    f"{self._name}: the {key!r} kernel is already {state}; "
-                    f"set_kernel_enabled({device_type!r}, {bool(enabled)}) changes nothing",
-                    UserWarning,
-                    stacklevel=3,
-                )
-            self._set_enabled(key, bool(enabled))
+        enabled = bool(enabled)
+        local = self._local
+        saved = self._disabled_here()
+        if (key not in saved) == enabled:
+            state = "enabled" if enabled else "disabled"
+            warnings.warn(
+                f"{self._name}: the {key!r} kernel is already {state}; "
+                f"set_kernel_enabled({device_type!r}, {enabled}) changes nothing",
+                UserWarning,
+                stacklevel=3,
+            )
+        local.disabled = saved - {key} if enabled else saved | {key}
+        self._count_block(+1)
         try:
             yield
         finally:
-            with self._lock:
-                self._set_enabled(key, was_enabled)
+            local.disabled = saved
+            self._count_block(-1)
 
-    def _set_enabled(self, key: str, enabled: bool) -> None:
-        self._disabled = self._disabled - {key} if enabled else self._disabled | {key}
-        self._rebuild()
+    def _count_block(self, delta: int) -> None:
+        with self._lock:
+            self._live_blocks += delta
+            self._table = self._full if not self._live_blocks else _PER_THREAD
+
+    def _disabled_here(self) -> frozenset[str]:
+        """The kernel slots this thread's set_kernel_enabled blocks switched off."""
+        return getattr(self._local, "disabled", _NOTHING)
 
     def _rebuild(self) -> None:
         """Publish the dispatch table: device type -> the kernel a call on it runs."""
-        agnostic = self._kernels.get(AGNOSTIC)
-        table: dict[str, Callable[..., Any]] = {}
-        for dev in DEVICE_TYPES:
-            k = self._kernel(dev) or agnostic
-            if k is not None:
-                table[dev] = k
-        meta = self._fake or agnostic
-        if meta is not None:
-            table["meta"] = meta
-        self._table = table
+        self._full = self._build_table(_NOTHING)
+        self._table = self._full if not self._live_blocks else _PER_THREAD
+
+    def _build_table(self, disabled: frozenset[str]) -> dict[str, Callable[..., Any]]:
+        """Device type -> kernel with the slots in ``disabled`` switched off; ``AGNOSTIC``
+        -> the kernel of calls without a tensor argument."""
+        kernels = self._kernels
+        fallback = kernels.get(AGNOSTIC)
+        chosen = {dev: kernels.get(dev) if dev not in disabled else None for dev in DEVICE_TYPES}
+        chosen = {dev: k or fallback for dev, k in chosen.items()}
+        chosen["meta"] = self._fake or fallback
+        chosen[AGNOSTIC] = fallback if AGNOSTIC not in disabled else None
+        return {key: k for key, k in chosen.items() if k is not None}
+
+    def _finish(self, args: tuple, kwargs: dict, out: Any) -> Any:
+        """What every kernel call owes the rest of the system, checked after the kernel
+        ran: outputs that alias no input (autograd and capture treat them as new tensors),
+        and a version bump on each argument in ``mutates_args`` (as core's in-place ops
+        do, so a tensor saved for backward and then written through the op is caught)."""
+        _check_no_alias(self, args, kwargs, out)
+        for name in self._mutates_args:
+            _bump_versions(self._argument(name, args, kwargs))
+        return out
 
     def _kernel(self, key: str) -> Callable[..., Any] | None:
-        """The kernel registered in slot ``key`` (None if missing or disabled)."""
-        if key in self._disabled:
+        """The kernel registered in slot ``key`` (None if missing or disabled here)."""
+        if key in self._disabled_here():
             return None
         return self._kernels.get(key)
 
@@ -275,11 +319,11 @@ class CustomOpDef:
             a = args[0]
             # plain arguments can be neither capture proxies nor overrides
             if type(a) is Tensor and not _unusual(args, kwargs):
-                if self._formula is not None and _grad.enabled and _wants_grad(args, kwargs):
+                if _wants_grad(args, kwargs):
                     return _autograd.apply(self, args, kwargs)
                 kernel = self._table.get(a.device.type)
                 if kernel is not None:
-                    return kernel(*args, **kwargs)
+                    return self._finish(args, kwargs, kernel(*args, **kwargs))
         return self._call_general(args, kwargs)
 
     def _call_general(self, args: tuple, kwargs: dict):
@@ -306,7 +350,7 @@ class CustomOpDef:
         return self._autograd_or_kernel(args, kwargs)
 
     def _autograd_or_kernel(self, args: tuple, kwargs: dict):
-        if self._formula is not None and _grad.enabled and _wants_grad(args, kwargs):
+        if _wants_grad(args, kwargs):  # in grad mode or not: the kernel sees detached inputs
             return _autograd.apply(self, args, kwargs)
         return self._below_autograd(args, kwargs)
 
@@ -314,7 +358,7 @@ class CustomOpDef:
         """Dispatch modes, then the kernel (autograd, if any, records around this)."""
         if _modes.modes:
             return self._through_mode(args, kwargs)
-        return self._pick_kernel(args, kwargs)(*args, **kwargs)
+        return self._finish(args, kwargs, self._pick_kernel(args, kwargs)(*args, **kwargs))
 
     def _through_mode(self, args: tuple, kwargs: dict):
         # As core does for its ops: the innermost mode sees the op as one call, and runs
@@ -330,17 +374,18 @@ class CustomOpDef:
 
     def _pick_kernel(self, args: tuple, kwargs: dict) -> Callable[..., Any]:
         dev = _first_tensor_device(args, kwargs)
-        table = self._table
-        if dev is None:  # no tensor argument: only a device-agnostic kernel can run
-            kernel = self._kernel(AGNOSTIC)
-            if kernel is None:
-                raise NotImplementedError(
-                    f"{self._name} was called without tensor arguments and has no "
-                    f"device-agnostic kernel; registered: {self._registered()}. Pass a tensor "
-                    f"or register one via {self._name}.register_kernel(None)"
-                )
-            return kernel
-        kernel = table.get(dev.type)
+        # no tensor argument: only a device-agnostic kernel can run
+        key = AGNOSTIC if dev is None else dev.type
+        kernel = self._table.get(key)
+        if kernel is None:
+            disabled = self._disabled_here()
+            kernel = (self._build_table(disabled) if disabled else self._full).get(key)
+        if kernel is None and dev is None:
+            raise NotImplementedError(
+                f"{self._name} was called without tensor arguments and has no "
+                f"device-agnostic kernel; registered: {self._registered()}. Pass a tensor "
+                f"or register one via {self._name}.register_kernel(None)"
+            )
         if kernel is None:
             if dev.type == "meta":
                 raise NotImplementedError(
@@ -356,7 +401,8 @@ class CustomOpDef:
         return kernel
 
     def _registered(self) -> list[str]:
-        return sorted(k for k in self._kernels if k not in self._disabled)
+        disabled = self._disabled_here()
+        return sorted(k for k in self._kernels if k not in disabled)
 
     def _inputs(self, args: tuple, kwargs: dict) -> tuple:
         """The call's arguments in the body's parameter order (defaults filled in): what
@@ -378,6 +424,27 @@ class CustomOpDef:
             return []
         return [p.name for p in self._params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
 
+    def _argument(self, name: str, args: tuple, kwargs: dict) -> Any:
+        """The value passed for parameter ``name`` (None if not passed)."""
+        if name in kwargs:
+            return kwargs[name]
+        names = self._input_names()
+        index = names.index(name) if name in names else len(args)
+        return args[index] if index < len(args) else None
+
+    def _named_tensors(self, args: tuple, kwargs: dict) -> list[tuple[str, Tensor]]:
+        """(argument name, tensor) for every tensor argument; list elements as ``name[i]``."""
+        names = self._input_names()
+        pairs = [(names[i] if i < len(names) else f"args[{i}]", a) for i, a in enumerate(args)]
+        pairs += list(kwargs.items())
+        found = []
+        for name, value in pairs:
+            if isinstance(value, Tensor):
+                found.append((name, value))
+            elif isinstance(value, (list, tuple)):
+                found += [(f"{name}[{j}]", v) for j, v in enumerate(value) if isinstance(v, Tensor)]
+        return found
+
 
 class _ModeHandle:
     """``func`` as a dispatch mode sees a library op: call it to run the op below the mode."""
@@ -393,8 +460,6 @@ class _ModeHandle:
 
     def __call__(self, *args, **kwargs):
         op = self.op
-        if op._formula is None:  # implicit autograd: the body records as it runs
-            return op._below_autograd(args, kwargs)
         prev = _grad.enabled
         _grad.enabled = False  # below autograd: the outer call builds the node
         try:
@@ -409,6 +474,49 @@ class _ModeHandle:
 def _check_callable(name: str, what: str, fn: Any) -> None:
     if not callable(fn):
         raise TypeError(f"{name}.{what}: expected a callable, got {type(fn).__name__} {fn!r}")
+
+
+def _check_no_alias(op: CustomOpDef, args: tuple, kwargs: dict, out: Any) -> None:
+    """Raise if an output shares its storage with an input or with another output."""
+    if out is None:
+        return
+    if type(out) is Tensor and not kwargs:  # the common call: one output, positional args
+        storage = out._storage
+        for a in args:
+            if type(a) is Tensor:
+                if a._storage is storage:
+                    break
+            elif type(a) is list or type(a) is tuple or isinstance(a, Tensor):
+                break  # Tensor[] arguments and subclasses: the full check below
+        else:
+            return
+    seen: dict[int, tuple[str, str]] = {}  # id(storage) -> (what holds it, the fix)
+    for name, t in op._named_tensors(args, kwargs):
+        if t._storage is not None:
+            seen.setdefault(id(t._storage), (f"input {name!r}", f"`return {name}.clone()`"))
+    outs = out if type(out) is tuple or type(out) is list else (out,)
+    for i, o in enumerate(outs):
+        if not isinstance(o, Tensor) or o._storage is None:
+            continue
+        if id(o._storage) in seen:
+            other, fix = seen[id(o._storage)]
+            raise RuntimeError(
+                f"{op.name}: output {i} aliases {other} (it is that tensor or a view of it); "
+                "the outputs of a custom op may not alias its inputs or each other, since "
+                "autograd and graph capture treat them as new tensors. Return a copy instead, "
+                f"e.g. {fix}"
+            )
+        seen[id(o._storage)] = (f"output {i}", f"a `.clone()` of output {i}")
+
+
+def _bump_versions(value: Any) -> None:
+    """Record an in-place write on ``value`` (a tensor or a list of tensors)."""
+    if isinstance(value, Tensor):
+        value._bump_version()
+    elif type(value) is list or type(value) is tuple:
+        for t in value:
+            if isinstance(t, Tensor):
+                t._bump_version()
 
 
 def _wants_grad(args: tuple, kwargs: dict) -> bool:

@@ -153,20 +153,6 @@ def _clone(value: Any) -> Any:
     return _map(value, lambda t: t.detach().clone())
 
 
-def _named_tensors(op: CustomOpDef, args: tuple, kwargs: dict) -> list[tuple[str, Tensor]]:
-    """(argument name, tensor) for every tensor argument; list elements as ``name[i]``."""
-    names = op._input_names()
-    pairs = [(names[i] if i < len(names) else f"args[{i}]", a) for i, a in enumerate(args)]
-    pairs += list(kwargs.items())
-    found = []
-    for name, value in pairs:
-        if isinstance(value, Tensor):
-            found.append((name, value))
-        elif isinstance(value, (list, tuple)):
-            found += [(f"{name}[{j}]", v) for j, v in enumerate(value) if isinstance(v, Tensor)]
-    return found
-
-
 def _outputs(result: Any) -> tuple:
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
@@ -200,7 +186,7 @@ def _no_grad_call(op: CustomOpDef, args: tuple, kwargs: dict) -> Any:
 def test_schema(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
     """Arguments outside ``mutates_args`` keep their values; no output aliases an input."""
     args, kwargs = _clone(args), _clone(kwargs)
-    inputs = _named_tensors(op, args, kwargs)
+    inputs = op._named_tensors(args, kwargs)
     # values, not version counters: a launcher that copies its arguments back unchanged
     # (Triton's interpreter does) writes without mutating
     before = [(name, t.detach().clone()) for name, t in inputs]
@@ -215,15 +201,32 @@ def test_schema(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
                 f"{op.name} mutated argument {name!r}, which is not in mutates_args="
                 f"{op.mutates_args!r}; declare it (mutates_args=({base!r},)) or write to a copy"
             )
+    # by address, not storage identity: the call itself refuses an output that shares an
+    # input's storage, but a new tensor over the same memory (tp.from_numpy(x.numpy()))
+    # gets past that check
+    seen = [(f"input {name!r}", f"{name}.clone()", t) for name, t in inputs]
     for i, out in enumerate(_outputs(result)):
-        if not isinstance(out, Tensor) or out._storage is None:
+        if not isinstance(out, Tensor):
             continue
-        for name, t in inputs:
-            if t._storage is out._storage:
+        for what, fix, t in seen:
+            if _overlap(out, t):
                 raise OpCheckError(
-                    f"{op.name}: output {i} aliases input {name!r} (shares its memory); "
-                    f"return a new tensor instead (e.g. {name}.clone())"
+                    f"{op.name}: output {i} aliases {what} (shares its memory); return a new "
+                    f"tensor instead (e.g. {fix})"
                 )
+        seen.append((f"output {i}", f"a .clone() of output {i}", out))
+
+
+def _overlap(a: Tensor, b: Tensor) -> bool:
+    """Whether the storages of ``a`` and ``b`` share bytes (same device, intersecting address
+    ranges); meta tensors hold no memory."""
+    sa, sb = a._storage, b._storage
+    if sa is None or sb is None or a.device != b.device or a.device.type == "meta":
+        return False
+    if sa is sb:
+        return True
+    start_a, start_b = sa.data_ptr(), sb.data_ptr()
+    return start_a < start_b + sb.nbytes() and start_b < start_a + sa.nbytes()
 
 
 def test_autograd_registration(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
@@ -243,7 +246,7 @@ def test_autograd_registration(op: CustomOpDef, args, kwargs, atol, rtol) -> Non
         for i, a in enumerate(args)
     )
     kwargs = {k: _clone(v) if k in declared else _map(v, leaf) for k, v in kwargs.items()}
-    leaves = [(n, t) for n, t in _named_tensors(op, args, kwargs) if t.requires_grad]
+    leaves = [(n, t) for n, t in op._named_tensors(args, kwargs) if t.requires_grad]
     if not leaves:
         return  # nothing is differentiable: nothing to check
     first = _outputs(op(*args, **kwargs))[0]
@@ -284,16 +287,18 @@ def test_faketensor(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
     real = _outputs(_no_grad_call(op, _clone(args), _clone(kwargs)))
     with tp.no_grad():
         from_real = _outputs(fake(*_clone(args), **_clone(kwargs)))
-    _compare_meta(op, "the fake kernel", real, from_real, allow_meta=True)
+    _compare_meta(op, "the fake kernel", real, from_real)
 
     def to_meta(t: Tensor) -> Tensor:
         return tp.empty(t._shape, dtype=t.dtype, device="meta")
 
     on_meta = _outputs(_no_grad_call(op, _map(args, to_meta), _map(kwargs, to_meta)))
-    _compare_meta(op, "the op on meta tensors", real, on_meta, allow_meta=True)
+    _compare_meta(op, "the op on meta tensors", real, on_meta, only_meta=True)
 
 
-def _compare_meta(op, what: str, real: tuple, fake: tuple, allow_meta: bool) -> None:
+def _compare_meta(op, what: str, real: tuple, fake: tuple, *, only_meta: bool = False) -> None:
+    """``fake`` matches ``real`` in count, shape and dtype; its device is the real one or
+    meta, and must be meta with ``only_meta`` (the inputs were meta tensors)."""
     if len(real) != len(fake):
         raise OpCheckError(
             f"{op.name}: {what} returned {len(fake)} output(s), expected {len(real)}"
@@ -310,7 +315,13 @@ def _compare_meta(op, what: str, real: tuple, fake: tuple, allow_meta: bool) -> 
                 f"{op.name}: {what} gives output {i} shape {list(f._shape)} dtype "
                 f"{f.dtype.name}, but the kernel gives shape {list(r._shape)} dtype {r.dtype.name}"
             )
-        if f.device != r.device and not (allow_meta and f.device.type == "meta"):
+        if only_meta and f.device.type != "meta":
+            raise OpCheckError(
+                f"{op.name}: {what} puts output {i} on {f.device}; for meta inputs a fake "
+                "kernel must return meta tensors (build them from the inputs, e.g. "
+                "x.new_empty(shape), or pass device=x.device)"
+            )
+        if f.device != r.device and f.device.type != "meta":
             raise OpCheckError(
                 f"{op.name}: {what} puts output {i} on {f.device}, but the kernel on {r.device}"
             )

@@ -1,21 +1,32 @@
-"""``infer_schema``: a PyTorch-style schema string from a Python signature.
+"""Schemas: ``infer_schema`` writes one from a Python signature, ``parse_schema`` reads one.
 
 ``def f(x: Tensor, n: int, out: Tensor) -> Tensor`` with ``mutates_args=("out",)``
-gives ``"f(Tensor, SymInt, Tensor(a!)) -> Tensor"``. TensorPlay keeps schemas for
-introspection and opcheck only; no schema grammar is enforced.
+gives ``"f(Tensor, SymInt, Tensor(a!)) -> Tensor"``. A schema given by the user is
+parsed (PyTorch's grammar, the subset custom operators use) and checked against the
+function and ``mutates_args``; the text is kept verbatim for introspection.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import dataclasses
 import inspect
+import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tensorplay.library._names import check_mutates_args
 
-__all__ = ["infer_schema"]
+__all__ = [
+    "infer_schema",
+    "Argument",
+    "Schema",
+    "parse_schema",
+    "check_schema",
+    "check_signature",
+    "mutated_names",
+]
 
 _SCALARS = {int: "SymInt", float: "float", bool: "bool", str: "str"}
 _SCALAR_NAMES = {"int": "SymInt", "float": "float", "bool": "bool", "str": "str"}
@@ -128,3 +139,285 @@ def _return_text(ann: Any, name: str) -> str:
     if origin is tuple and args:
         return "(" + ", ".join(_type_text(a, f"the return of {name}") for a in args) + ")"
     return _type_text(ann, f"the return of {name}")
+
+
+# ---- parsing ------------------------------------------------------------------------------------
+
+# The types a schema may name: PyTorch's, as custom operators use them.
+_SCHEMA_TYPES = frozenset(
+    {
+        "Tensor",
+        "int",
+        "SymInt",
+        "float",
+        "bool",
+        "str",
+        "complex",
+        "Scalar",
+        "ScalarType",
+        "Layout",
+        "Device",
+        "MemoryFormat",
+        "Generator",
+        "Dimname",
+        "Storage",
+        "Stream",
+        "Any",
+    }
+)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DIGITS = re.compile(r"\d+")
+_CLOSERS = {"(": ")", "[": "]", "{": "}"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Argument:
+    """One argument or return of a schema, e.g. ``Tensor(a!) out`` or ``float eps=1e-05``."""
+
+    type: str  # with its suffixes, without the alias annotation: "Tensor?", "int[2]"
+    name: str | None = None  # None where the schema gives none (infer_schema's style)
+    alias: str | None = None  # the alias set: "a" in "Tensor(a)" and "Tensor(a!)"
+    is_write: bool = False  # "Tensor(a!)": the operator writes to it
+    default: str | None = None  # the default's text, verbatim
+    kwarg_only: bool = False  # after "*"
+
+
+@dataclasses.dataclass(frozen=True)
+class Schema:
+    """A parsed schema: ``[name](arguments) -> returns``."""
+
+    name: str | None  # the head ("ns::op" or "op"), None when it starts with "("
+    arguments: tuple[Argument, ...]
+    returns: tuple[Argument, ...]
+
+    def signature(self) -> Schema:
+        """The schema without its head, to compare two definitions of one operator."""
+        return dataclasses.replace(self, name=None)
+
+
+def parse_schema(schema: str, *, where: str = "schema") -> Schema:
+    """Parse ``"[ns::op](Tensor x, *, float a=1.0) -> Tensor"`` (PyTorch's grammar).
+
+    Raises ``ValueError`` naming ``where``, the position and what was expected there;
+    ``parse_schema("y(Tensor x -> Tensor")`` says "expected ',' or ')' at position 11,
+    found '->'" and marks the position under the text.
+    """
+    return _Parser(schema, where).schema()
+
+
+class _Parser:
+    """Recursive descent over the characters of one schema; ``pos`` is the cursor."""
+
+    def __init__(self, text: str, where: str):
+        self.text, self.where, self.pos = text, where, 0
+
+    def schema(self) -> Schema:
+        name = None
+        if not self.peek("("):
+            name = self.ident("an operator name or '('")
+            if self.accept("::"):
+                name += "::" + self.ident("the operator name after '::'")
+        self.expect("(", "'(' opening the arguments")
+        arguments = self.arguments()
+        self.expect("->", "'->' and the return type")
+        returns = self.returns()
+        self.skip()
+        if self.pos != len(self.text):
+            self.fail("the end of the schema")
+        return Schema(name, arguments, returns)
+
+    def arguments(self) -> tuple[Argument, ...]:
+        args: list[Argument] = []
+        kwarg_only = False
+        if self.accept(")"):
+            return ()
+        while True:
+            if not kwarg_only and self.accept("*"):
+                kwarg_only = True  # the arguments after "*" are keyword-only
+            else:
+                args.append(self.argument(kwarg_only, with_default=True))
+            if self.accept(")"):
+                return tuple(args)
+            self.expect(",", "',' or ')'")
+
+    def returns(self) -> tuple[Argument, ...]:
+        if not self.accept("("):
+            return (self.argument(False, with_default=False),)
+        if self.accept(")"):
+            return ()
+        rets = []
+        while True:
+            rets.append(self.argument(False, with_default=False))
+            if self.accept(")"):
+                return tuple(rets)
+            self.expect(",", "',' or ')'")
+
+    def argument(self, kwarg_only: bool, with_default: bool) -> Argument:
+        self.skip()
+        start = self.pos
+        base = self.ident("a type such as 'Tensor'")
+        if base not in _SCHEMA_TYPES:
+            self.pos = start
+            self.fail(f"a type ({', '.join(sorted(_SCHEMA_TYPES))})")
+        alias, is_write = None, False
+        if self.accept("("):
+            alias = self.ident("an alias set such as 'a' in 'Tensor(a!)'")
+            is_write = self.accept("!")
+            self.expect(")", "')' closing the alias annotation")
+        suffix = ""
+        while True:
+            if self.accept("?"):
+                suffix += "?"
+            elif self.accept("["):
+                self.skip()
+                digits = _DIGITS.match(self.text, self.pos)
+                size = digits.group() if digits else ""
+                self.pos += len(size)
+                self.expect("]", "']' closing the list type")
+                suffix += f"[{size}]"
+            else:
+                break
+        name = default = None
+        self.skip()
+        if _IDENT.match(self.text, self.pos):
+            name = self.ident("an argument name")
+            if with_default and self.accept("="):
+                default = self.default()
+        return Argument(base + suffix, name, alias, is_write, default, kwarg_only)
+
+    def default(self) -> str:
+        """The default's text: up to the next ',' or ')' outside brackets and quotes."""
+        self.skip()
+        start, depth, quote = self.pos, [], None
+        while self.pos < len(self.text):
+            c = self.text[self.pos]
+            if quote:
+                quote = None if c == quote else quote
+            elif c in "'\"":
+                quote = c
+            elif c in _CLOSERS:
+                depth.append(_CLOSERS[c])
+            elif depth and c == depth[-1]:
+                depth.pop()
+            elif not depth and c in ",)":
+                break
+            self.pos += 1
+        text = self.text[start : self.pos].strip()
+        if not text or quote or depth:
+            self.pos = start
+            self.fail("a default value")
+        return text
+
+    # ---- tokens ----
+    def skip(self) -> None:
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def peek(self, token: str) -> bool:
+        self.skip()
+        return self.text.startswith(token, self.pos)
+
+    def accept(self, token: str) -> bool:
+        if self.peek(token):
+            self.pos += len(token)
+            return True
+        return False
+
+    def expect(self, token: str, what: str) -> None:
+        if not self.accept(token):
+            self.fail(what)
+
+    def ident(self, what: str) -> str:
+        self.skip()
+        m = _IDENT.match(self.text, self.pos)
+        if m is None:
+            self.fail(what)
+        self.pos = m.end()
+        return m.group()
+
+    def fail(self, expected: str) -> typing.NoReturn:
+        self.skip()
+        rest = self.text[self.pos :]
+        m = _IDENT.match(rest)
+        found = (
+            "the end of the schema"
+            if not rest
+            else repr(m.group() if m else rest[:2] if rest[:2] in ("->", "::") else rest[0])
+        )
+        raise ValueError(
+            f"{self.where}: malformed schema {self.text!r}: expected {expected} at position "
+            f"{self.pos}, found {found}\n    {self.text}\n    {' ' * self.pos}^"
+        )
+
+
+# ---- checks -------------------------------------------------------------------------------------
+
+
+def check_schema(name: str, schema: Any) -> Schema | None:
+    """Parse the ``schema`` given for operator ``name``; a head, if any, must be ``name``."""
+    if schema is None:
+        return None
+    if not isinstance(schema, str):
+        raise ValueError(
+            f"{name}: schema must be None or a str like '(Tensor x) -> Tensor', "
+            f"got {type(schema).__name__}"
+        )
+    parsed = parse_schema(schema, where=name)
+    if parsed.name is not None and parsed.name != name:
+        raise ValueError(
+            f"{name}: schema {schema!r} names the operator {parsed.name!r}; start the schema "
+            f"with '(' or with {name!r}, e.g. '{name}(Tensor x) -> Tensor'"
+        )
+    return parsed
+
+
+def mutated_names(name: str, parsed: Schema) -> tuple[str, ...]:
+    """The arguments ``parsed`` marks as written (``Tensor(a!) out``), by name."""
+    mutated = []
+    for i, arg in enumerate(parsed.arguments):
+        if arg.is_write:
+            if arg.name is None:
+                raise ValueError(
+                    f"{name}: the schema marks argument {i} as mutated but gives it no "
+                    f"name; name it (e.g. '{arg.type}({arg.alias}!) out') so kernels and "
+                    "mutates_args can refer to it"
+                )
+            mutated.append(arg.name)
+    return tuple(mutated)
+
+
+def check_signature(
+    name: str,
+    schema: str,
+    parsed: Schema,
+    fn: Callable[..., Any],
+    params: Sequence[inspect.Parameter],
+    mutates_args: Sequence[str],
+) -> None:
+    """The schema describes ``fn``: as many arguments as it has parameters, the same names
+    where the schema names them, and ``Tensor(a!)`` exactly on ``mutates_args``."""
+    fn_name = getattr(fn, "__name__", repr(fn))
+    plain = [p for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if len(plain) == len(params) and len(plain) != len(parsed.arguments):
+        raise ValueError(
+            f"{name}: schema {schema!r} has {len(parsed.arguments)} argument(s), but "
+            f"{fn_name} has {len(plain)} parameter(s) ({', '.join(p.name for p in plain)}); "
+            "write one schema argument per parameter"
+        )
+    for i, (arg, p) in enumerate(zip(parsed.arguments, plain)):
+        if arg.name is not None and arg.name != p.name:
+            raise ValueError(
+                f"{name}: schema {schema!r} calls argument {i} {arg.name!r}, but parameter {i} "
+                f"of {fn_name} is {p.name!r}; use the parameter's name in the schema"
+            )
+    marked = {
+        arg.name or (plain[i].name if i < len(plain) else f"argument {i}")
+        for i, arg in enumerate(parsed.arguments)
+        if arg.is_write
+    }
+    if marked != set(mutates_args):
+        raise ValueError(
+            f"{name}: schema {schema!r} marks {sorted(marked)} as mutated (Tensor(a!)), but "
+            f"mutates_args={tuple(mutates_args)!r}; make them agree, e.g. "
+            f"mutates_args={tuple(sorted(marked))!r}"
+        )
