@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplay import _device, _dtype as D, _indexing, overrides
+from tensorplay import _device, _dispatch, _dtype as D, _indexing, overrides
 from tensorplay._device import CPU, META, canonical
 from tensorplay._dispatch import OPS, check_writable, native_fast
 from tensorplay._optable import ROWS, MinMax
@@ -40,7 +40,18 @@ def _operator(row, dunder):
         op.__name__ = op.__qualname__ = dunder
         return op
     fn = row.fn
-    if dunder in _REFLECTED:
+    if dunder == "__rtruediv__":
+        reciprocal, mul = OPS["reciprocal"].fn, OPS["mul"].fn
+
+        def op(self, other):
+            if isinstance(other, _NUMBER):
+                # ``2 / x`` is ``x.reciprocal() * 2`` in torch: its float16 rounding and complex
+                # zeros (nan, not inf) show the difference from div(2, x)
+                return mul(reciprocal(self), other)
+            if not isinstance(other, Tensor):
+                return _foreign(fn, other, self)
+            return fn(other, self)
+    elif dunder in _REFLECTED:
 
         def op(self, other):
             if not isinstance(other, (Tensor,) + _NUMBER):
@@ -259,6 +270,13 @@ def _copy_(self, src, non_blocking=False):
             f"copy_(): source of shape {list(src._shape)} cannot be broadcast to "
             f"{list(self._shape)}"
         )
+    if _dispatch.autograd_hooks.needs_grad((self, src)):
+        _dispatch.autograd_hooks.record_write("copy_", self, src)
+    return _write(self, src)
+
+
+def _write(self, src):
+    """The data movement of ``copy_`` (its checks and autograd recording already done)."""
     if self._data is not None and src._data is not None:
         data = src._data
         if src.device is not self.device:
@@ -270,23 +288,32 @@ def _copy_(self, src, non_blocking=False):
 
 
 def _fill_(self, value):
-    check_writable("fill_", self)
+    return _fill(self, value, "fill_")
+
+
+def _fill(self, value, name: str):
+    check_writable(name, self)
     if isinstance(value, Tensor):
         if value.dim() != 0:
             raise RuntimeError(
                 f"fill_(): only supports 0-dimension value tensor but got tensor "
                 f"with {value.dim()} dimensions."
             )
+        if _dispatch.autograd_hooks.needs_grad((self, value)):
+            # the value's gradient is the sum of the filled elements' gradients
+            _dispatch.autograd_hooks.record_write(name, self, value)
         value = value.item()
+    elif _dispatch.autograd_hooks.needs_grad((self,)):
+        _dispatch.autograd_hooks.record_write(name, self)
+    D.check_fits(name, value, self.dtype)
     if self._data is not None:
-        with np.errstate(all="ignore"):
-            self._data[...] = value
+        self._data[...] = D.scalar_array(value, self.dtype)
     self._bump_version()
     return self
 
 
 def _zero_(self):
-    return _fill_(self, 0)
+    return _fill(self, 0, "zero_")
 
 
 def _random_(name, sample):
@@ -296,11 +323,13 @@ def _random_(name, sample):
             raise RuntimeError(f"{name}(): expected a floating point tensor, got {self.dtype}")
         from tensorplay._factories import default_generator  # noqa: PLC0415
 
+        if _dispatch.autograd_hooks.needs_grad((self,)):
+            _dispatch.autograd_hooks.record_write(name, self)
         if self._data is not None:
             rng = (generator or default_generator)._rng
             vals = sample(rng, self._shape, *args)
             tmp = adopt_array(np.asarray(vals).astype(self.dtype.np), self.dtype, CPU)
-            _copy_(self, tmp)
+            _write(self, tmp)
         else:
             self._bump_version()
         return self

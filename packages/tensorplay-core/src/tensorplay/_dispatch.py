@@ -330,8 +330,8 @@ def execute(
         if dual:
             autograd_hooks.forward(row, targs, params, result)
         return autograd_hooks.record(row, targs, params, result) if track else result
-    if track and out is not None:
-        autograd_hooks.check_out_arg(row, out)
+    if out is not None and (track or autograd_hooks.needs_grad((out,))):
+        autograd_hooks.check_out_arg(row, out)  # out= itself counts as an argument (torch)
     cdt, odt = row.dtype(promoted, params)
     shape = row.shape(*targs, **params)
     if inplace is not None:

@@ -21,7 +21,7 @@ import numpy as np
 import tensorplay as tp
 from tensorplay import _meta as M, _views as V
 from tensorplay._dispatch import OPS, OpDef, call, register
-from tensorplay._tensor import Tensor
+from tensorplay._tensor import Tensor, strides_of
 
 ROWS: list[OpDef] = []
 
@@ -324,14 +324,6 @@ def _positions(name, x, params):
     """The flat index into x of each element of x's view by row ``name`` (a tuple of index
     tensors for multi-output views): the view applied to ``arange(x.numel())``."""
     index = tp.arange(x.numel(), device=x.device).reshape(x.shape)
-    if name == "as_strided":
-        if not x.is_contiguous():
-            raise NotImplementedError(
-                "as_strided: the gradient for a non-contiguous input is not implemented; "
-                "call .contiguous() on it first"
-            )
-        off = params.get("storage_offset")
-        params = dict(params, storage_offset=None if off is None else off - x.storage_offset())
     return call(OPS[name], (index,), params)
 
 
@@ -353,6 +345,61 @@ def _by_positions(name):
         return t.reshape(-1).index_select(0, pos.reshape(-1)).reshape(pos.shape)
 
     return {"vjp": vjp, "jvp": jvp}
+
+
+def _cells(x, params):
+    """``as_strided`` reads storage, not ``x``'s elements: the storage cells that ``x`` and
+    its view span, numbered from 0, as ``(x's cell per element, the view's, how many)``."""
+    size, stride = tuple(params["size"]), tuple(params["stride"])
+    off = params.get("storage_offset")
+    geos = (
+        (x._shape, strides_of(x), x._offset),
+        (size, stride, x._offset if off is None else off),
+    )
+    ends = [(o, o + sum((n - 1) * st for n, st in zip(sh, sts)) + 1) for sh, sts, o in geos]
+    lo, hi = min(a for a, _ in ends), max(b for _, b in ends)
+    cells = tp.arange(hi - lo, device=x.device)
+    x_cells, view_cells = (cells.as_strided(sh, sts, o - lo).reshape(-1) for sh, sts, o in geos)
+    return x_cells, view_cells, hi - lo
+
+
+def _may_overlap(shape, stride) -> bool:
+    """False when no two elements can share memory: each stride, smallest first, steps
+    past everything the smaller dimensions reach (stride 0, as from expand, overlaps)."""
+    reach = 0
+    for st, n in sorted((st, n) for n, st in zip(shape, stride) if n > 1):
+        if st <= reach:
+            return True
+        reach += (n - 1) * st
+    return False
+
+
+def _as_strided_vjp(ctx, grad):
+    # torch's as_strided_backward: each view element's gradient goes to (is added into)
+    # the storage cell it reads; each element of x then takes its cell's gradient, an
+    # equal share of it when elements of x share a cell
+    x = ctx.inputs[0]
+    if x.numel() == 0 or grad.numel() == 0:
+        return (tp.zeros(x.shape, dtype=grad.dtype, device=grad.device),)
+    x_cells, view_cells, n = _cells(x, ctx.params)
+    store = tp.zeros(n, dtype=grad.dtype, device=grad.device)
+    gx = store.scatter(0, view_cells, grad.reshape(-1), reduce="add").index_select(0, x_cells)
+    if _may_overlap(x._shape, strides_of(x)):
+        ones = tp.ones(x_cells.shape, dtype=grad.dtype, device=grad.device)
+        gx = gx / store.scatter(0, x_cells, ones, reduce="add").index_select(0, x_cells)
+    return (gx.reshape(x.shape),)
+
+
+def _as_strided_jvp(ctx, t):
+    # the tangent of each storage cell is that of the element of x there (0 where x has none)
+    if t is None:
+        return None
+    x, size = ctx.inputs[0], tuple(ctx.params["size"])
+    if x.numel() == 0 or math.prod(size) == 0:
+        return tp.zeros(size, dtype=t.dtype, device=t.device)
+    x_cells, view_cells, n = _cells(x, ctx.params)
+    store = tp.zeros(n, dtype=t.dtype, device=t.device).scatter(0, x_cells, t.reshape(-1))
+    return store.index_select(0, view_cells).reshape(size)
 
 
 def unary(name, kernel=None, *, ufunc=None, dtype=M.same, allow="bifc", **kw):
@@ -2126,7 +2173,8 @@ view_op(
     "as_strided",
     "input, size, stride, storage_offset=None",
     V.as_strided,
-    **_by_positions("as_strided"),
+    vjp=_as_strided_vjp,
+    jvp=_as_strided_jvp,
 )
 view_op(
     "movedim",

@@ -266,6 +266,9 @@ class Tensor:
         size = tuple(size)
         stride = tuple(stride) if stride is not None else contiguous_strides(size)
         _check_bounds(size, stride, storage_offset, source.nbytes(), self.dtype, "set_()")
+        # Both counters move: tensors saved for backward that shared the old storage (this
+        # tensor, its views) must fail their version check, as must readers of the new one.
+        self._storage._version += 1
         self._storage = source
         self._install(size, stride, storage_offset)
         source._version += 1

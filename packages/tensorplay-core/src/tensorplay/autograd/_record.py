@@ -325,13 +325,55 @@ def _ones_outside(like, geometry):
     return m
 
 
+_LEAF_WRITE = "a leaf Variable that requires grad is being used in an in-place operation."
+_HOW = (
+    " Write to it under tp.no_grad() (as an optimizer step does), or to its .detach() if the "
+    "graph must not see the write."
+)
+
+
+def check_inplace(name: str, target) -> None:
+    """Refuse an in-place write (grad mode on) into a leaf that requires grad, or into a
+    view of one: the leaf's ``.grad`` would be the gradient of a value it no longer holds."""
+    if target.requires_grad and target.grad_fn is None:
+        raise RuntimeError(f"{name}(): {_LEAF_WRITE}{_HOW}")
+    base = target._base
+    if base is not None and base.grad_fn is None and base.requires_grad:
+        raise RuntimeError(f"{name}(): a view of {_LEAF_WRITE}{_HOW}")
+
+
+def _set_history(t, node, nr: int) -> None:
+    """``t``'s value is now output ``nr`` of ``node``. A ``retain_grad()`` moves along:
+    the retained gradient is that of the tensor's current value (as torch)."""
+    old = t.grad_fn
+    ref = old._retained.get(t._output_nr) if old is not None else None
+    if ref is not None and ref() is t:
+        del old._retained[t._output_nr]
+        node._own("_retained", dict)[nr] = ref
+    t.grad_fn, t._output_nr, t.requires_grad = node, nr, True
+
+
+def _rebase(name: str, target, edge) -> None:
+    """Make ``edge`` (the node of an in-place write into ``target``) target's history.
+    When target is a view, its base's history goes through ``CopySlices``."""
+    base = target._base
+    if base is None:
+        _set_history(target, *edge)
+        return
+    if not base.is_contiguous():
+        raise NotImplementedError(
+            f"{name}(): in-place autograd on a view of a "
+            "non-contiguous base is not supported; clone() the base first"
+        )
+    geometry = (target._shape, strides_of(target), target._offset - base._offset)
+    copy = CopySlices(edge_of(base), geometry, edge)
+    _set_history(base, copy, 0)
+    _set_history(target, ViewOfBase((copy, 0), geometry, (base._shape, base.dtype)), 0)
+
+
 def record_inplace(row, targs, params, result, target):
     """``target.<op>_(...)`` with autograd: returns ``target`` holding ``result``'s values."""
-    if target.grad_fn is None and target.requires_grad:
-        raise RuntimeError(
-            f"{row.name}_(): a leaf Variable that requires grad is being used in "
-            "an in-place operation."
-        )
+    check_inplace(row.name + "_", target)
     if not differentiable_dtype(result.dtype):
         return None
     # The op's node must see target's *old* value and history: a snapshot with target's edge.
@@ -340,24 +382,46 @@ def record_inplace(row, targs, params, result, target):
     old._output_nr = target._output_nr
     snap_targs = (old,) + tuple(targs[1:])
     record(row, snap_targs, params, result)
-    base = target._base
-    if base is None:
-        target.grad_fn, target._output_nr = result.grad_fn, 0
-        target.requires_grad = True
-        return target
-    geometry = (target._shape, strides_of(target), target._offset - base._offset)
-    if not base.is_contiguous():
-        raise NotImplementedError(
-            f"{row.name}_(): in-place autograd on a view of a "
-            "non-contiguous base is not supported; clone() the base first"
-        )
-    if base.grad_fn is None and base.requires_grad:
-        raise RuntimeError(
-            f"{row.name}_(): a view of a leaf Variable that requires grad is "
-            "being used in an in-place operation."
-        )
-    copy = CopySlices(edge_of(base), geometry, (result.grad_fn, 0))
-    base.grad_fn, base._output_nr, base.requires_grad = copy, 0, True
-    target.grad_fn = ViewOfBase((copy, 0), geometry, (base._shape, base.dtype))
-    target._output_nr, target.requires_grad = 0, True
+    _rebase(row.name + "_", target, (result.grad_fn, 0))
     return target
+
+
+class OverwriteBackward(Node):
+    """Backward of overwriting a tensor in place (``copy_(src)``, ``fill_``, ``zero_``, the
+    random fills): the old value no longer matters, so its gradient is zero; ``src``'s is
+    the incoming one, summed over the dimensions ``copy_`` broadcast, cast to its dtype and
+    moved to its device."""
+
+    def __init__(self, name: str, old, src=None):
+        super().__init__((edge_of(old), _NO_EDGE if src is None else edge_of(src)))
+        self._name = name
+        self._old = (old._shape, old.dtype, old.device)
+        self._src = None if src is None else (src._shape, src.dtype, src.device)
+
+    def name(self) -> str:
+        return _backward_name(self._name.rstrip("_"))
+
+    def apply(self, grad_outputs):
+        from tensorplay._factories import zeros  # noqa: PLC0415
+
+        g = grad_outputs[0]
+        g_old = g_src = None
+        if self.next_functions[0][0] is not None:
+            shape, dt, dev = self._old
+            g_old = zeros(shape, dtype=dt, device=dev)
+        if self.next_functions[1][0] is not None:
+            shape, dt, dev = self._src
+            g_src = fit_grad(g, (shape, dt))
+            if g_src.device is not dev:
+                g_src = g_src.to(dev)
+        return (g_old, g_src)
+
+
+def record_write(name: str, target, src=None) -> None:
+    """Autograd of ``target`` being overwritten in place by ``name`` (with ``src``'s values,
+    or values that depend on nothing): call before writing. Afterwards target's gradient
+    flows to ``src`` only."""
+    check_inplace(name, target)
+    if not differentiable_dtype(target.dtype):
+        return  # an integer or bool result carries no gradient (src's is dropped, as torch)
+    _rebase(name, target, (OverwriteBackward(name, target, src), 0))

@@ -44,23 +44,49 @@ def _add(a, b):
     return a + b
 
 
+def _run_hook(hook, g):
+    """``hook(g)``, checked as torch checks it: a hook may replace the gradient, but not
+    with one of another shape, dtype or device (``.grad`` would no longer fit its tensor)."""
+    new = hook(g)
+    if new is None:
+        return g
+    name = getattr(hook, "__name__", type(hook).__name__)
+    if not isinstance(new, Tensor):
+        raise TypeError(
+            f"hook '{name}' returned {type(new).__name__}; a tensor hook must return a "
+            "Tensor or None"
+        )
+    if new.dtype is not g.dtype or new.device is not g.device:
+        raise RuntimeError(
+            f"hook '{name}' has changed the type of value (was {g.dtype} on {g.device} "
+            f"got {new.dtype} on {new.device}); return grad.to(...) of the original kind"
+        )
+    if new._shape != g._shape:
+        raise RuntimeError(
+            f"hook '{name}' has changed the size of value (was {list(g._shape)} got "
+            f"{list(new._shape)}); a hook must return a gradient shaped like its input"
+        )
+    return new
+
+
 def _tensor_hooks(node, nr, g):
+    if g is None:
+        return g
     for hook in node._tensor_hooks.get(nr, ()):
-        new = hook(g)
-        if new is not None:
-            g = new
+        g = _run_hook(hook, g)
     ref = node._retained.get(nr)
     t = ref() if ref is not None else None
-    if t is not None and g is not None:
-        t.grad = g if grad_mode.state.enabled else g.detach()
+    if t is not None:
+        # a fresh tensor (g may be a stride-0 view, or used further on), accumulated over
+        # backward passes like a leaf's .grad; recorded only under create_graph
+        new = g.clone() if grad_mode.state.enabled else g.detach().clone()
+        t.grad = new if t.grad is None else t.grad + new
     return g
 
 
 def _leaf_hooks(node, g):
     for hook in node.variable.__dict__.get("_hooks", ()):
-        new = hook(g)
-        if new is not None:
-            g = new
+        g = _run_hook(hook, g)
     return g
 
 
@@ -159,6 +185,23 @@ def _ones(out: Tensor) -> Tensor:
     return g
 
 
+def _check_root_grad(op: str, i: int, out: Tensor, g: Tensor) -> Tensor:
+    """torch's rules for a given output gradient: real/complex and device must match the
+    output's; any other dtype is cast to the output's."""
+    if g.dtype.is_complex != out.dtype.is_complex:
+        raise RuntimeError(
+            f"{op}: For complex Tensors, both grad_output and output are required to have "
+            f"the same dtype. Mismatch in dtype: grad_output[{i}] has a dtype of {g.dtype} "
+            f"and output[{i}] has a dtype of {out.dtype}."
+        )
+    if g.device is not out.device:
+        raise RuntimeError(
+            f"{op}: invalid gradient at index {i} - expected device {out.device} but got "
+            f"{g.device}; pass gradient.to({str(out.device)!r})"
+        )
+    return g if g.dtype is out.dtype else g.to(out.dtype)
+
+
 def _root_grads(outputs, grad_outputs, op: str) -> list:
     grads = _as_list(grad_outputs) if grad_outputs is not None else [None] * len(outputs)
     if len(grads) != len(outputs):
@@ -186,6 +229,8 @@ def _root_grads(outputs, grad_outputs, op: str) -> list:
                 f"{list(g._shape)} and output[{i}] has a shape of "
                 f"{list(out._shape)}."
             )
+        else:
+            g = _check_root_grad(op, i, out, g)
         result.append(g)
     return result
 
@@ -201,7 +246,8 @@ def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, 
         captured = run(roots, grads, retain, create_graph, capture=[edge_of(t) for t in inputs])
         for t, g in zip(inputs, captured):
             if g is not None:
-                t.grad = (g if create_graph else g.detach()) if t.grad is None else t.grad + g
+                fresh = g.clone() if create_graph else g.detach().clone()  # as AccumulateGrad
+                t.grad = fresh if t.grad is None else t.grad + g
         return
     run(roots, grads, retain, create_graph)
 

@@ -104,8 +104,10 @@ class AccumulateGrad(Node):
         if g is None:
             return ()
         if leaf.grad is None:
-            # a fresh tensor, unless building a graph of the gradient (create_graph)
-            leaf.grad = g if grad_mode.state.enabled else g.detach().clone()
+            # always a fresh, contiguous tensor: g may be an expanded (stride-0) view that
+            # add_ would refuse, or a tensor the graph still uses. Under create_graph the
+            # clone is recorded, so .grad keeps g's history.
+            leaf.grad = g.clone() if grad_mode.state.enabled else g.detach().clone()
         elif grad_mode.state.enabled:
             leaf.grad = leaf.grad + g
         else:
