@@ -156,3 +156,13 @@ def test_getitem_gradient_matches_torch(idx):
     (y * tp.tensor(weights)).sum().backward()
     (ty * torch.tensor(weights)).sum().backward()
     assert x.grad.tolist() == tx.grad.tolist()
+
+
+def test_setitem_into_a_0d_tensor_through_none_is_recorded():
+    x = tp.tensor(2.0, requires_grad=True)
+    v = tp.tensor([5.0], requires_grad=True)
+    y = x.clone()
+    y[None] = v
+    assert y.item() == 5.0
+    y.backward()
+    assert x.grad.item() == 0.0 and v.grad.tolist() == [1.0]

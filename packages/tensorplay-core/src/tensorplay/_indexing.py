@@ -270,9 +270,17 @@ def _setitem_recorded(t: Tensor, index, value) -> None:
     )
     if arrays:
         positions = positions[arrays]
-    index_arrays = tuple(_on_device(a, t.device) for a in np.unravel_index(positions, t._shape))
     if not isinstance(value, Tensor):
         value = tensor(value, dtype=t.dtype, device=t.device)
+    if t._shape == ():
+        # every position is the one element (numpy cannot index a 0-d array with arrays):
+        # the last value written to it wins, as with repeated indices
+        if positions.size == 0:
+            return
+        value = value.expand(positions.shape).reshape(-1)[-1]
+        OPS["_index_put"].inplace_fn(t, value, indices=())
+        return
+    index_arrays = tuple(_on_device(a, t.device) for a in np.unravel_index(positions, t._shape))
     OPS["_index_put"].inplace_fn(t, value, indices=index_arrays)
 
 
