@@ -204,10 +204,34 @@ def test_sigmoid_softplus_do_not_overflow():
     )
 
 
-def test_pow_integer_negative_exponent_raises():
-    with pytest.raises(RuntimeError, match="negative integer powers"):
-        tp.pow(tp.tensor([2, 3]), tp.tensor([1, -1]))
+def test_pow_integer_negative_exponent_tensor_truncates_like_torch():
+    # torch: 1 ** -k is 1, (-1) ** -k is +-1, every other integer base truncates to 0
+    base = tp.tensor([2, 3, 1, -1, -1, 0, 300, -2])
+    exp = tp.tensor([1, -1, -5, -1, -2, -1, -2, -3])
+    assert tp.pow(base, exp).tolist() == [2, 0, 1, -1, 1, 0, 0, 0]
+    assert (300 ** tp.tensor([-1, 2])).tolist() == [0, 90000]
+    assert (tp.tensor([2], dtype=tp.int8) ** tp.tensor(-1, dtype=tp.int8)).dtype is tp.int8
     assert tp.pow(tp.tensor([2.0]), tp.tensor([-1])).tolist() == [0.5]
+
+
+def test_pow_integer_tensor_to_negative_python_int_raises():
+    # a Python int exponent is checked before the call (torch), a tensor exponent is not
+    for base in (tp.tensor([2, 3]), tp.tensor(2), tp.tensor([True])):
+        with pytest.raises(RuntimeError, match="negative integer powers"):
+            base**-1
+    assert (tp.tensor([2.0]) ** -1).tolist() == [0.5]
+
+
+def test_pow_integer_negative_exponent_matches_torch():
+    torch = pytest.importorskip("torch")
+    b, e = [300, 2, 1, -1, 0, -2, 7], [-1, -2, -3, -4, -1, -1, 0]
+    want = torch.pow(torch.tensor(b), torch.tensor(e))
+    got = tp.pow(tp.tensor(b), tp.tensor(e))
+    assert got.tolist() == want.tolist()
+    for dt in ("int8", "int32"):
+        want = 300 ** torch.tensor(e, dtype=getattr(torch, dt))
+        got = 300 ** tp.tensor(e, dtype=getattr(tp, dt))
+        assert got.tolist() == want.tolist() and got.dtype.name == dt
 
 
 def test_integer_ops_wrap_like_torch():

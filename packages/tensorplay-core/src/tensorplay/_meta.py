@@ -56,11 +56,18 @@ def wrap_dim(dim, ndim: int, op: str) -> int:
     return dim % ndim if ndim else 0
 
 
-def reduce_dims(dim, ndim: int, op: str) -> tuple:
-    """``dim`` (None, int or sequence) as a sorted tuple of non-negative axes."""
+def reduce_dims(dim, ndim: int, op: str, *, empty_is_all: bool = True) -> tuple:
+    """``dim`` (None, int or sequence) as a sorted tuple of non-negative axes.
+
+    An empty sequence (``dim=()``) means every axis, as for None: torch's sum, mean,
+    amax, var, norm... reduce everything for it. ``empty_is_all=False`` is the rule of
+    torch's all/any, where ``dim=()`` reduces no axis.
+    """
     if dim is None:
         return tuple(range(ndim))
     dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    if not dims:
+        return tuple(range(ndim)) if empty_is_all else ()
     axes = tuple(sorted({wrap_dim(d, ndim, op) for d in dims}))
     if len(axes) != len(dims):
         raise RuntimeError(f"{op}(): dim {dim} appears multiple times in the list of dims")
@@ -133,10 +140,15 @@ def to_int64(d, params):
     return _half_up(d), D.int64
 
 
-def softmax_like(d, params):
+def softmax_like(d, params, op="softmax"):
+    """softmax/log_softmax: float inputs; ``dtype=`` (a float dtype) converts any input
+    first, integers and bool included (torch computes ``input.to(dtype)``)."""
     want = params.get("dtype")
     if want is not None:
         d = want
-    if not (d.is_floating_point or d.is_complex):
-        raise RuntimeError(f"softmax(): expected a floating point input, got {d}")
+    if not d.is_floating_point:
+        raise NotImplementedError(
+            f"{op}(): not supported for dtype {d}; pass a floating point input, or "
+            f"dtype=tp.float32 to convert it"
+        )
     return _half_up(d), d

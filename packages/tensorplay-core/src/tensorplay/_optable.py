@@ -501,8 +501,15 @@ def _remainder(xp, a, b):
 
 
 def _pow(xp, a, b):
-    if a.dtype.kind in "iu" and b.dtype.kind in "iu" and bool((b < 0).any()):
-        raise ValueError("Integers to negative integer powers are not allowed.")
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        negative = b < 0
+        if bool(negative.any()):
+            # torch's integer pow for a negative exponent tensor: 1 ** b is 1, (-1) ** b is
+            # +-1, and every other base truncates 1 / base ** -b to 0 (0 ** -1 included)
+            p = xp.power(a, xp.where(negative, 0, b))
+            odd = (b % 2) != 0
+            below = xp.where(a == 1, 1, xp.where(a == -1, xp.where(odd, -1, 1), 0))
+            return xp.where(negative, below.astype(p.dtype), p)
     return xp.power(a, b)
 
 
@@ -533,6 +540,18 @@ def _pow_shape(input, exponent):
     # torch has no bool ** bool kernel for two tensors (a Python bool exponent is fine)
     if getattr(input, "dtype", None) is _bool() and getattr(exponent, "dtype", None) is _bool():
         raise RuntimeError('pow(): "pow" not implemented for two Bool tensors')
+    # a negative Python int exponent of an integer tensor is refused (torch), while a
+    # negative exponent *tensor* is computed (the kernel's integer rule)
+    if (
+        type(exponent) is int
+        and exponent < 0
+        and isinstance(input, Tensor)
+        and input.dtype.category <= 1
+    ):
+        raise RuntimeError(
+            "pow(): Integers to negative integer powers are not allowed; use a float "
+            "input (x.double() ** -1) for a fractional result"
+        )
     return M.pointwise_shape("pow", input, exponent)
 
 
@@ -1001,20 +1020,77 @@ op(
 # ---- reductions ----------------------------------------------------------------------------
 
 
-def _reduce_shape(name):
-    def shape(input, dim=None, keepdim=False, **_):
-        axes = M.reduce_dims(dim, input.dim(), name)
+def _reduce_shape(name, *, empty_is_all=True, check=None):
+    """The shape rule of a reduction over ``dim``; ``check(input, dim, axes, **params)``
+    refuses calls torch refuses (before any kernel runs, and on meta tensors too)."""
+
+    def shape(input, dim=None, keepdim=False, **params):
+        axes = M.reduce_dims(dim, input.dim(), name, empty_is_all=empty_is_all)
+        if check is not None:
+            check(input, dim, axes, keepdim=keepdim, **params)
         return M.reduced_shape(input._shape, axes, keepdim)
 
     return shape
 
 
-def _axes(a, dim, op_name):
+def _axes(a, dim, op_name, *, empty_is_all=True):
     if dim is None:
         return None
-    axes = M.reduce_dims(dim, a.ndim, op_name)
+    axes = M.reduce_dims(dim, a.ndim, op_name, empty_is_all=empty_is_all)
     # a 0-d tensor accepts dim 0/-1 (torch) but a 0-d array has no axis 0: reduce it whole
     return axes if a.ndim else None
+
+
+def _no_identity(name, shape, dims, *, unspecified=RuntimeError):
+    """max/min-like reductions have no value for an empty slice: torch refuses to reduce
+    a dimension of size 0 (``dims`` as the caller wrote them, None for every dim)."""
+    if math.prod(shape) != 0:
+        return
+    if dims is None:
+        raise unspecified(
+            f"{name}(): Expected reduction dim to be specified for input.numel() == 0. "
+            "Specify the reduction dim with the 'dim' argument."
+        )
+    for d in dims:
+        if shape[M.wrap_dim(d, len(shape), name)] == 0:
+            raise IndexError(
+                f"{name}(): Expected reduction dim {d} to have non-zero size; "
+                "an empty slice has no maximum or minimum"
+            )
+
+
+def _extreme_check(name):
+    def check(input, dim, axes, **_):
+        given = None if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+        _no_identity(name, input._shape, given or None)
+
+    return check
+
+
+def _prod_check(input, dim, axes, **_):
+    if dim is not None and not isinstance(dim, int) and len(dim) == 0:
+        # torch's prod takes one int dim: dim=() has no meaning there (a TypeError in torch)
+        raise TypeError(
+            "prod(): dim=() names no dimension; pass dim=None to multiply every element, "
+            "or an int (or a tuple of ints)"
+        )
+
+
+def _logsumexp_check(input, dim, axes, keepdim=False, **_):
+    # NOTE: torch 2.13 reads dim=() as every dim but then fails to squeeze its
+    # intermediate max ("output with shape [] doesn't match the broadcast shape [1, 1]")
+    # unless keepdim=True or the input is 0-d or empty; TensorPlay refuses the same calls.
+    if (
+        not isinstance(dim, int)
+        and len(dim) == 0
+        and not keepdim
+        and input.dim() > 0
+        and input.numel() > 0
+    ):
+        raise RuntimeError(
+            "logsumexp(): dim=() with keepdim=False is refused (as in torch); name the "
+            f"dims, dim={tuple(range(input.dim()))}, or pass keepdim=True"
+        )
 
 
 def reduction(
@@ -1057,28 +1133,16 @@ def _prod(xp, a, dim=None, keepdim=False, dtype=None):
     return xp.prod(a, axis=_axes(a, dim, "prod"), keepdims=keepdim)
 
 
-def _nonempty(a, name, dim):
-    if a.size == 0 and (dim is None or a.shape[dim % a.ndim] == 0):
-        raise IndexError(
-            f"{name}(): Expected reduction dim to be specified for "
-            "input.numel() == 0. "
-            "Specify the reduction dim with the 'dim' argument."
-        )
-
-
 def _amax(xp, a, dim=None, keepdim=False):
-    _nonempty(a, "amax", None if dim is None or not isinstance(dim, int) else dim)
     return xp.amax(a, axis=_axes(a, dim, "amax"), keepdims=keepdim)
 
 
 def _amin(xp, a, dim=None, keepdim=False):
-    _nonempty(a, "amin", None if dim is None or not isinstance(dim, int) else dim)
     return xp.amin(a, axis=_axes(a, dim, "amin"), keepdims=keepdim)
 
 
 def _arg(fn_name):
     def kernel(xp, a, dim=None, keepdim=False):
-        _nonempty(a, fn_name, dim)
         if a.ndim == 0:  # the only index of a 0-d tensor (CuPy refuses axis=0 here)
             return xp.zeros((), xp.int64)
         if dim is None:
@@ -1092,8 +1156,11 @@ def _arg(fn_name):
 def _arg_shape(name):
     def shape(input, dim=None, keepdim=False):
         if dim is None:
+            _no_identity(name, input._shape, None, unspecified=IndexError)
             return (1,) * input.dim() if keepdim else ()
-        return M.reduced_shape(input._shape, (M.wrap_dim(dim, input.dim(), name),), keepdim)
+        d = M.wrap_dim(dim, input.dim(), name)
+        _no_identity(name, input._shape, (d,))
+        return M.reduced_shape(input._shape, (d,), keepdim)
 
     return shape
 
@@ -1173,11 +1240,19 @@ reduction(
     _prod,
     params="input, dim=None, keepdim=False, *, dtype=None",
     dtype=M.sum_like,
+    shape=_reduce_shape("prod", check=_prod_check),
     out=True,
     **_reduction(_prod_partial),
 )
-reduction("amax", _amax, allow="bif", out=True, **_reduction(_ties_partial))
-reduction("amin", _amin, allow="bif", out=True, **_reduction(_ties_partial))
+for _name, _kernel in (("amax", _amax), ("amin", _amin)):
+    reduction(
+        _name,
+        _kernel,
+        allow="bif",
+        shape=_reduce_shape(_name, check=_extreme_check(_name)),
+        out=True,
+        **_reduction(_ties_partial),
+    )
 reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
 reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmin"))
 reduction(
@@ -1211,19 +1286,20 @@ reduction(
     _logsumexp,
     params="input, dim, keepdim=False",
     dtype=M.to_float,
+    shape=_reduce_shape("logsumexp", check=_logsumexp_check),
     out=True,
     **_reduction(lambda x, out, axes, **_: (x - out).exp()),
 )
-reduction(
-    "all",
-    lambda xp, a, dim=None, keepdim=False: xp.all(a, axis=_axes(a, dim, "all"), keepdims=keepdim),
-    dtype=_all_dtype,
-)
-reduction(
-    "any",
-    lambda xp, a, dim=None, keepdim=False: xp.any(a, axis=_axes(a, dim, "any"), keepdims=keepdim),
-    dtype=_all_dtype,
-)
+for _name in ("all", "any"):
+    # torch: all/any over dim=() reduce nothing (the input, as bool), unlike sum
+    reduction(
+        _name,
+        lambda xp, a, dim=None, keepdim=False, _n=_name: getattr(xp, _n)(
+            a, axis=_axes(a, dim, _n, empty_is_all=False), keepdims=keepdim
+        ),
+        shape=_reduce_shape(_name, empty_is_all=False),
+        dtype=_all_dtype,
+    )
 
 MinMax = namedtuple("MinMax", ["values", "indices"])
 
@@ -1231,7 +1307,6 @@ MinMax = namedtuple("MinMax", ["values", "indices"])
 def _minmax_dim(fn):
     def kernel(xp, a, dim, keepdim=False):
         d = M.wrap_dim(dim, a.ndim, fn)
-        _nonempty(a, fn, d if a.ndim else None)
         if a.ndim == 0:
             return a.copy(), xp.zeros((), xp.int64)
         idx = getattr(xp, "arg" + fn)(a, axis=d, keepdims=True)
@@ -1245,7 +1320,9 @@ def _minmax_dim(fn):
 
 def _minmax_dim_shape(name):
     def shape(input, dim, keepdim=False):
-        s = M.reduced_shape(input._shape, (M.wrap_dim(dim, input.dim(), name),), keepdim)
+        d = M.wrap_dim(dim, input.dim(), name)
+        _no_identity(name, input._shape, (d,))
+        s = M.reduced_shape(input._shape, (d,), keepdim)
         return (s, s)
 
     return shape
@@ -1400,8 +1477,8 @@ op(
     "input, dim, dtype=None",
     kernel=_softmax,
     shape=_same_shape_dim("softmax"),
-    dtype=M.softmax_like,
-    allow="f",
+    dtype=functools.partial(M.softmax_like, op="softmax"),
+    allow="bif",
     vjp=lambda ctx, grad: (_softmax_jvp(ctx, grad),),  # the Jacobian is symmetric
     jvp=lambda ctx, t: _softmax_jvp(ctx, t),
 )
@@ -1410,8 +1487,8 @@ op(
     "input, dim, dtype=None",
     kernel=_log_softmax,
     shape=_same_shape_dim("log_softmax"),
-    dtype=M.softmax_like,
-    allow="f",
+    dtype=functools.partial(M.softmax_like, op="log_softmax"),
+    allow="bif",
     vjp=lambda ctx, grad: (grad - ctx.out.exp() * grad.sum(ctx.params["dim"], keepdim=True),),
     jvp=lambda ctx, t: (
         None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
@@ -1563,7 +1640,50 @@ def _einsum_shape(*operands, equation):
 
 
 def _einsum_kernel(xp, *arrays, equation):
-    return xp.einsum(equation, *arrays)
+    # spelled out: numpy cannot sum the dims of an ellipsis away ("...->")
+    terms, out, _ = _einsum_explicit(equation, arrays)
+    return xp.einsum(",".join(terms) + "->" + out, *arrays)
+
+
+def _einsum_dtype(d, params):
+    """The result dtype of torch 2.13's einsum for integer and bool operands, which follows
+    its plan: a letter summed away that only one operand has is summed by that operand's
+    ``sum()`` (integers and bool accumulate in int64 there, as ``tp.sum`` does); operands
+    are then multiplied in turn (dtypes promote) and letters they share are contracted by
+    bmm/dot (no promotion: the dtypes must agree, and bool has no bmm)."""
+    if d.category > 1:
+        return M.same(d, params)
+    lhs, arrow, rhs = params["equation"].replace(" ", "").partition("->")
+    terms = [t.replace("...", ".") for t in lhs.split(",")]
+    if arrow:
+        out = set(rhs.replace("...", "."))
+    else:
+        out = {c for c in "".join(terms) if c == "." or lhs.count(c) == 1}
+    last = {c: i for i, t in enumerate(terms) for c in t}
+    owners = {c: sum(c in t for t in terms) for c in last}
+
+    def own_sum(i):  # the dtype of operand i after summing its private letters
+        private = any(c not in out and owners[c] == 1 for c in terms[i])
+        return _int64() if private else d
+
+    result = own_sum(0)
+    for i in range(1, len(terms)):
+        operand = own_sum(i)
+        shared = [c for c in terms[i] if c not in out and owners[c] > 1 and last[c] == i]
+        if not shared:
+            result = tp.promote_types(result, operand)
+        elif result is not operand:
+            raise RuntimeError(
+                f"einsum(): {params['equation']!r} on {d} operands contracts an int64 "
+                f"partial sum with a {d} operand, which torch refuses ('expected scalar "
+                "type Long'); convert the operands with .long() first"
+            )
+        elif result is _bool():
+            raise NotImplementedError(
+                f"einsum(): {params['equation']!r} contracts bool operands (torch has no "
+                "bool bmm); convert them with .long() or .float() first"
+            )
+    return result, result
 
 
 def _einsum_explicit(equation, operands):
@@ -1572,11 +1692,12 @@ def _einsum_explicit(equation, operands):
     lhs, arrow, rhs = equation.replace(" ", "").partition("->")
     terms = lhs.split(",")
     free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in lhs]
-    n_ell = max((t.dim() - len(s) + 3 for s, t in zip(terms, operands) if "..." in s), default=0)
+    ndims = [len(t.shape) for t in operands]  # tensors or arrays
+    n_ell = max((n - len(s) + 3 for s, n in zip(terms, ndims) if "..." in s), default=0)
     ell, free = "".join(free[:n_ell]), free[n_ell:]
     terms = [
-        s.replace("...", ell[n_ell - (t.dim() - len(s) + 3) :]) if "..." in s else s
-        for s, t in zip(terms, operands)
+        s.replace("...", ell[n_ell - (n - len(s) + 3) :]) if "..." in s else s
+        for s, n in zip(terms, ndims)
     ]
     if arrow:
         out = rhs.replace("...", ell)
@@ -1627,6 +1748,7 @@ op(
     n_inputs="star",
     kernel=_einsum_kernel,
     shape=_einsum_shape,
+    dtype=_einsum_dtype,
     promote="same",
     method=False,
     vjp=_einsum_vjp,
@@ -1732,26 +1854,44 @@ op(
 
 
 def _check_index(name, index, arg="index"):
-    from tensorplay import _dtype  # noqa: PLC0415
+    if index.dtype.name not in ("int64", "int32"):
+        raise RuntimeError(
+            f"{name}(): Expected dtype int32 or int64 for {arg}, got {index.dtype}; "
+            f"convert it with {arg}.long()"
+        )
 
-    if index.dtype is not _dtype.int64:
-        raise RuntimeError(f"{name}(): Expected dtype int64 for {arg}, got {index.dtype}")
+
+def _as_1d(shape) -> tuple:
+    """torch's gather/scatter read a 0-d tensor as 1-d of size 1 (``ensure_nonempty``)."""
+    return tuple(shape) or (1,)
 
 
 def _bounds(xp, idx, n, name, d):
-    if idx.size and (bool((idx >= n).any()) or bool((idx < -n).any())):
-        bad = int(idx[(idx >= n) | (idx < -n)].reshape(-1)[0])
-        raise IndexError(f"{name}(): index {bad} is out of bounds for dimension {d} with size {n}")
+    # NOTE: no wrapping of negative indices: torch's gather/scatter/index_select refuse them
+    bad = (idx < 0) | (idx >= n)
+    if bool(bad.any()):
+        first = int(idx[bad].reshape(-1)[0])
+        raise RuntimeError(
+            f"{name}(): index {first} is out of bounds for dimension {d} with size {n}"
+            + (" (negative indices are not wrapped here)" if first < 0 and -n <= first else "")
+        )
+
+
+def _index_rank(name, index, input, what):
+    if len(_as_1d(index._shape)) != len(_as_1d(input._shape)):
+        raise RuntimeError(
+            f"{name}(): Index tensor must have the same number of dimensions as {what} tensor "
+            f"(got {index.dim()} and {input.dim()})"
+        )
 
 
 def _gather_shape(input, dim, index):
     _check_index("gather", index)
     d = M.wrap_dim(dim, input.dim(), "gather")
-    if index.dim() != input.dim():
-        raise RuntimeError(
-            "gather(): Index tensor must have the same number of dimensions as input tensor"
-        )
-    for i, (m, n) in enumerate(zip(index._shape, input._shape)):
+    if index.numel() == 0:  # torch checks no shape for an empty index
+        return index._shape
+    _index_rank("gather", index, input, "input")
+    for i, (m, n) in enumerate(zip(_as_1d(index._shape), _as_1d(input._shape))):
         if i != d and m > n:
             raise RuntimeError(
                 f"gather(): Size does not match at dimension {i} expected index "
@@ -1763,11 +1903,12 @@ def _gather_shape(input, dim, index):
 
 def _gather(xp, a, dim, idx):
     d = M.wrap_dim(dim, a.ndim, "gather")
-    _bounds(xp, idx, a.shape[d] if a.ndim else 1, "gather", d)
-    if a.ndim == 0:
-        return a.copy()
-    src = a[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(idx.shape))]
-    return xp.take_along_axis(src, idx, axis=d)
+    if idx.size == 0:
+        return xp.empty(idx.shape, a.dtype)
+    a1, i1 = a.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    _bounds(xp, i1, a1.shape[d], "gather", d)
+    src = a1[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(i1.shape))]
+    return xp.take_along_axis(src, i1, axis=d).reshape(idx.shape)
 
 
 op(
@@ -1780,11 +1921,9 @@ op(
     promote="first",
     out=True,
     # every gathered element sends its gradient back where it came from (added: an index
-    # may repeat); a 0-d input is gathered whole
+    # may repeat)
     vjp=lambda ctx, grad: (
-        grad
-        if ctx.inputs[0].dim() == 0
-        else tp.zeros_like(ctx.inputs[0], dtype=grad.dtype).scatter(
+        tp.zeros_like(ctx.inputs[0], dtype=grad.dtype).scatter(
             ctx.inputs[1], ctx.inputs[2], grad, reduce="add"
         ),
         None,
@@ -1796,37 +1935,58 @@ op(
 
 def _scatter_shape(input, dim, index, src=None, *, value=None, reduce=None):
     _check_index("scatter", index)
-    M.wrap_dim(dim, input.dim(), "scatter")
+    d = M.wrap_dim(dim, input.dim(), "scatter")
     if src is None and value is None:
         raise TypeError("scatter(): provide src (a Tensor) or value (a number)")
+    if index.numel() == 0:  # nothing is written; torch checks no shape
+        return input._shape
+    _index_rank("scatter", index, input, "self")
+    at = _as_1d(index._shape)
+    wrong = any(i != d and m > n for i, (m, n) in enumerate(zip(at, _as_1d(input._shape))))
+    src_shape = getattr(src, "_shape", None)
+    if src_shape is not None and not wrong:
+        if len(_as_1d(src_shape)) < len(at):
+            raise IndexError(
+                f"scatter(): src of shape {list(src_shape)} has fewer dimensions than "
+                f"index {list(index._shape)}"
+            )
+        wrong = any(m > n for m, n in zip(at, _as_1d(src_shape)))
+    if wrong:
+        raise RuntimeError(
+            f"scatter(): Expected index {list(index._shape)} to be no larger than self "
+            f"{list(input._shape)} apart from dimension {d}"
+            + (f" and to be no larger size than src {list(src_shape)}" if src_shape else "")
+        )
     return input._shape
 
 
 def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     d = M.wrap_dim(dim, a.ndim, "scatter")
-    _bounds(xp, idx, a.shape[d] if a.ndim else 1, "scatter", d)
+    if reduce not in (None, "add", "multiply"):
+        raise ValueError(f"reduce argument must be either add or multiply, got {reduce!r}")
     out = a.copy()
-    if a.ndim == 0:
+    if idx.size == 0:
         return out
+    # a 0-d input, index or src is 1-d of size 1 (torch); ``flat`` is a view of ``out``
+    flat, idx = out.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    _bounds(xp, idx, flat.shape[d], "scatter", d)
     # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
     grid = [
         xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, n in enumerate(idx.shape)
     ]
     grid[d] = idx
-    vals = value if src is None else src[tuple(slice(0, n) for n in idx.shape)]
+    vals = value if src is None else src.reshape(_as_1d(src.shape))[tuple(map(slice, idx.shape))]
     if reduce is None:
-        out[tuple(grid)] = vals
+        flat[tuple(grid)] = vals
         return out
-    if reduce not in ("add", "multiply"):
-        raise ValueError(f"reduce argument must be either add or multiply, got {reduce!r}")
     accumulate = np.add.at if reduce == "add" else np.multiply.at
     if xp is np:
-        accumulate(out, tuple(grid), vals)
+        accumulate(flat, tuple(grid), vals)
         return out
     # CuPy's ufunc.at knows add on a few dtypes only and no multiply: accumulate on the host
-    host = out.get()
+    host = flat.get()
     accumulate(host, tuple(g.get() for g in grid), vals.get() if hasattr(vals, "get") else vals)
-    return xp.asarray(host)
+    return xp.asarray(host).reshape(a.shape)
 
 
 def _scatter_reduce_check(ctx):
@@ -1838,7 +1998,9 @@ def _scatter_reduce_check(ctx):
 
 def _pad_to(g, shape):
     """``g`` in the leading corner of zeros of ``shape`` (scatter reads only that corner of
-    src)."""
+    src; a 0-d src is read as 1-d)."""
+    if g.dim() != len(shape):
+        g = g.reshape(_as_1d(g.shape) if shape else ())
     for d, (m, n) in enumerate(zip(g.shape, shape)):
         if m != n:
             pad = list(g.shape)
@@ -1850,8 +2012,6 @@ def _pad_to(g, shape):
 def _scatter_vjp(ctx, grad):
     _scatter_reduce_check(ctx)
     x, dim, index, src = ctx.inputs
-    if x.dim() == 0:  # a 0-d input is returned unchanged
-        return grad, None, None, tp.zeros_like(src) if _needs(ctx)[3] else None
     # plain scatter overwrites: the overwritten elements of x get no gradient
     gx = grad if ctx.params["reduce"] == "add" else grad.scatter(dim, index, value=0)
     gsrc = _pad_to(grad.gather(dim, index), tuple(src.shape)) if _needs(ctx)[3] else None
@@ -1864,8 +2024,6 @@ def _scatter_jvp(ctx, tx, _dim, _index, tsrc):
     if tx is None and tsrc is None:
         return None
     tx = tp.zeros_like(x) if tx is None else tx
-    if x.dim() == 0:
-        return tx
     if src is None:
         return tx.scatter(dim, index, value=0)
     tsrc = tp.zeros_like(src) if tsrc is None else tsrc
@@ -1889,20 +2047,23 @@ op(
 def _index_select_shape(input, dim, index):
     if index.dim() > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
-    if index.dtype.category != 1:
-        raise RuntimeError(
-            f"index_select(): Expected dtype int32/int64 for index, got {index.dtype}"
-        )
+    _check_index("index_select", index)
     d = M.wrap_dim(dim, input.dim(), "index_select")
     n = index.numel()
-    return input._shape[:d] + (n,) + input._shape[d + 1 :] if input._shape else ()
+    if not input._shape:
+        if n != 1:
+            raise RuntimeError(
+                f"index_select(): Index to scalar can have only 1 value, got {n} value(s)"
+            )
+        return ()
+    return input._shape[:d] + (n,) + input._shape[d + 1 :]
 
 
 def _index_select(xp, a, dim, idx):
     d = M.wrap_dim(dim, a.ndim, "index_select")
+    _bounds(xp, idx, a.shape[d] if a.ndim else 1, "index_select", d)
     if a.ndim == 0:
         return a.copy()
-    _bounds(xp, idx, a.shape[d], "index_select", d)
     return xp.take(a, idx.reshape(-1), axis=d)
 
 
