@@ -219,6 +219,9 @@ struct FastOp {
     int nin;             // 1 or 2 tensor inputs
 };
 
+// Python numbers the fast path passes to numpy: the bound of _dispatch._LIMIT.
+constexpr double NUMBER_LIMIT = 9.2e18;
+
 PyObject *const NOT_FAST = Py_Ellipsis;  // a borrowed sentinel: "take the Python function"
 
 // The result of the fast path, NOT_FAST (borrowed) or NULL with an exception set.
@@ -244,7 +247,21 @@ PyObject *fast(FastOp *op, PyObject *const *args) {
             other = slot(b, L.t_data);
         } else if ((PyFloat_CheckExact(b) || PyLong_CheckExact(b)) &&
                    PyTuple_GET_ITEM(entry, 2) == Py_True) {
-            other = b;  // a Python number keeps a floating tensor's dtype
+            // a Python number keeps a floating tensor's dtype; one past _dispatch._LIMIT
+            // (or NaN) takes the Python path, which raises past int64 and quietly
+            // turns floats past float32's range into inf
+            double v;
+            if (PyFloat_CheckExact(b)) {
+                v = PyFloat_AS_DOUBLE(b);
+            } else {
+                int overflow;
+                long long n = PyLong_AsLongLongAndOverflow(b, &overflow);
+                if (n == -1 && PyErr_Occurred()) return nullptr;
+                if (overflow) return NOT_FAST;
+                v = static_cast<double>(n);
+            }
+            if (!(v > -NUMBER_LIMIT && v < NUMBER_LIMIT)) return NOT_FAST;
+            other = b;
         } else {
             return NOT_FAST;
         }

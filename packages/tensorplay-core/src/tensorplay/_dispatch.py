@@ -116,6 +116,14 @@ class OpDef:
     cast: tuple | None = None  # indexes of inputs cast to the compute dtype
     ufunc: str | None = None  # numpy/CuPy ufunc name: enables the fast path
     allow: str = "bifc"  # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
+    # Python numbers as inputs after the first must fit the result dtype where its kind is
+    # listed: i(nt) h(alf: float16, bfloat16) f(loat32/64) c(omplex). torch checks them
+    # there (``where(c, 300, int8_tensor)`` raises); elsewhere they wrap (``int8 + 300``).
+    scalar_check: str = ""
+    # Inputs that, as a number or 0-d tensor, enter float16/bfloat16 math at float32
+    # precision instead of being rounded to the tensor's dtype first: torch's add/sub/mul/div
+    # kernels read such an operand at full precision (``half * 1e5`` is inf, not inf * 0 = nan).
+    scalar_opmath: tuple = ()
     method: bool = True
     inplace: bool = False
     out: bool = False
@@ -150,6 +158,7 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 _CATS = {0: "b", 1: "i", 2: "f", 3: "c"}
+_HALF = (D.float16, D.bfloat16)  # computed in float32, rounded once (``_meta.same``)
 
 
 # ---- the general path ------------------------------------------------------------
@@ -213,6 +222,7 @@ def _optional_input(row: OpDef, i: int) -> bool:
 
 def _check_scalar(row: OpDef, x, i: int):
     if isinstance(x, (bool, int, float, complex, np.generic)):
+        D.check_int64(row.name, x)
         return
     raise TypeError(
         f"{row.name}(): argument {i} must be a Tensor or a number, got {type(x).__name__}"
@@ -240,21 +250,61 @@ def _promoted(row: OpDef, items: list, idx) -> D.dtype:
     return D.result_type_of(dims, zeros, scalars)
 
 
-def _as_array(xp, x, dt: D.dtype, dev, via=None):
+def _as_array(xp, x, dt: D.dtype, dev, via: D.dtype | None = None):
     # ``via``: a float16/bfloat16 promoted dtype computed in float32; inputs round to it first
     # (a float16 0-d tensor or a Python float next to a bfloat16 tensor acts as bfloat16: torch)
     if isinstance(x, Tensor):
         a = x._data
         if x.device is not dev:  # a 0-d CPU tensor next to CUDA tensors
             a = xp.asarray(a)
-        if via is not None and a.dtype != via:
-            a = a.astype(via)
+        if via is not None and a.dtype != via.np:
+            a = a.astype(via.np)
         return a if a.dtype == dt.np else a.astype(dt.np)
     if x is None:
         return None
+    a = D.scalar_array(x, via or dt)
     if via is not None:
-        x = np.array(x).astype(via)
-    return xp.asarray(np.array(x).astype(dt.np) if xp is np else x, dtype=dt.np)
+        a = a.astype(dt.np)
+    return a if xp is np else xp.asarray(a)
+
+
+def _via(row: OpDef, i: int, x, via: D.dtype) -> D.dtype | None:
+    """What input ``i`` rounds to before float32 math on float16/bfloat16 (see ``_as_array``):
+    nothing for a number or 0-d tensor the row takes at full precision (``scalar_opmath``)."""
+    if i in row.scalar_opmath and not (isinstance(x, Tensor) and x._shape):
+        return None
+    return via
+
+
+def _check_scalars(row: OpDef, items: list, promoted: D.dtype) -> None:
+    """Numbers after the first input must fit the result dtype where the row says torch checks
+    them (``scalar_check``)."""
+    if _KIND[promoted] in row.scalar_check:
+        for x in items[1:]:
+            if x is not None and not isinstance(x, Tensor):
+                D.check_fits(row.name, x, promoted)
+
+
+# a dtype's letter in ``scalar_check``
+_KIND = {d: "bifc"[d.category] for d in D.ALL} | {D.float16: "h", D.bfloat16: "h"}
+
+
+def _no_complex_half(row: OpDef, items: list) -> None:
+    """torch gives complex32 for a float16 tensor with a complex number; TensorPlay has no
+    complex32, so that is an error (an op whose result is not complex, ``==``, runs in
+    complex64)."""
+    groups = ([], [], [])
+    for x in items:
+        if isinstance(x, Tensor):
+            groups[0 if x._shape else 1].append(x.dtype)
+        elif x is not None:
+            groups[2].append(D.scalar_dtype(x))
+    if D.complex_half(*groups):
+        raise NotImplementedError(
+            f"{row.name}(): a float16 tensor with a complex operand is not supported: PyTorch "
+            "gives complex32 (ComplexHalf), a dtype TensorPlay does not have; convert the "
+            "tensor with .to(tensorplay.complex64) first"
+        )
 
 
 def call(
@@ -323,6 +373,8 @@ def execute(
     if _CATS[promoted.category] not in row.allow:
         # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
         raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
+    if row.scalar_check:
+        _check_scalars(row, items, promoted)
     track = autograd_hooks.needs_grad(items)  # record the graph for this call?
     dual = autograd_hooks.needs_forward(items)  # propagate forward-mode tangents?
     if row.kind == "view":
@@ -333,6 +385,8 @@ def execute(
     if out is not None and (track or autograd_hooks.needs_grad((out,))):
         autograd_hooks.check_out_arg(row, out)  # out= itself counts as an argument (torch)
     cdt, odt = row.dtype(promoted, params)
+    if promoted is D.complex64 and odt is D.complex64:
+        _no_complex_half(row, items)
     shape = row.shape(*targs, **params)
     if inplace is not None:
         _check_inplace(row, inplace, shape, odt)
@@ -341,10 +395,12 @@ def execute(
     else:
         xp = _device.array_module(dev)
         cast = row.cast if row.cast is not None else range(len(targs))
-        via = promoted.np if promoted in (D.float16, D.bfloat16) and cdt is not promoted else None
+        via = promoted if promoted in _HALF and cdt is not promoted else None
         arrays = (
             [
-                _as_array(xp, x, cdt, dev, via) if i in cast else _raw(x, row, i)
+                _as_array(xp, x, cdt, dev, via and _via(row, i, x, via))
+                if i in cast
+                else _raw(x, row, i)
                 for i, x in enumerate(targs)
             ]
             if row.n_inputs != "seq"
@@ -494,7 +550,11 @@ def _wrap_one(r, odt: D.dtype, dev):
     if dev is CPU:
         r = np.asarray(r)
         if r.dtype != odt.np:
-            r = r.astype(odt.np)
+            if odt in _HALF:
+                with np.errstate(over="ignore"):  # float32 math rounding to float16 overflows
+                    r = r.astype(odt.np)
+            else:
+                r = r.astype(odt.np)
     else:
         if r.dtype != odt.np:
             r = r.astype(odt.np)
@@ -628,6 +688,11 @@ def _fast_dtypes(row: OpDef) -> dict:
 
 # ---- code generation: one Python function per row ------------------------------------
 
+# A Python number beyond this (or NaN) leaves the fast path: the general path raises for
+# ints past int64 (as torch does) and turns floats past float32's range into inf without
+# the warning numpy would give. (tensorplay._C uses the same bound.)
+_LIMIT = 9.2e18
+
 _BINARY_FAST = """
     if out is None and type({a}) is _T and _st.plain{defaults} and {a}.device is _cpu:
         if type({b}) is _T:
@@ -638,7 +703,11 @@ _BINARY_FAST = """
                     if {a}.requires_grad or {b}.requires_grad:
                         return _fast_record(_row, ({a}, {b}), r)
                     return r
-        elif (type({b}) is float or type({b}) is int) and {a}.dtype.is_floating_point:
+        elif (
+            (type({b}) is float or type({b}) is int)
+            and {a}.dtype.is_floating_point
+            and -_LIMIT < {b} < _LIMIT
+        ):
             odt = _fast.get({a}.dtype)
             if odt is not None:
                 r = _fast_scalar(_uf, {a}._data, {b}, odt)
@@ -666,7 +735,11 @@ _INPLACE_FAST = """
         if type(o) is _T:
             ok = o.device is _cpu and o.dtype is self.dtype and not o.requires_grad
             o = o._data if ok else None
-        elif not ((type(o) is float or type(o) is int) and self.dtype.is_floating_point):
+        elif not (
+            (type(o) is float or type(o) is int)
+            and self.dtype.is_floating_point
+            and -_LIMIT < o < _LIMIT
+        ):
             o = None
         if o is not None:
             d = self._data
@@ -787,7 +860,18 @@ def _base_env(row: OpDef) -> dict:
         "_cpu": CPU,
         "_fast": row.fast,
         "_uf": getattr(np, row.ufunc) if row.ufunc else None,
+        "_LIMIT": _LIMIT,
     }
+
+
+def _default_checks(row: OpDef, defaults: dict, rest: list) -> str:
+    """The fast path's test that the non-input parameters have their defaults. An int
+    default also needs an int: ``alpha=True`` equals 1 but is checked by the general path."""
+    return "".join(
+        f" and {n} == {v}" + (f" and type({n}) is int" if type(row.defaults[n]) is int else "")
+        for n, v in defaults.items()
+        if n in rest
+    )
 
 
 def _generate(row: OpDef) -> Callable:
@@ -805,7 +889,7 @@ def _generate(row: OpDef) -> Callable:
     elif row.name in _REDUCE_FAST_ROWS:
         body = _REDUCE_FAST
     elif row.fast:
-        extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
+        extra = _default_checks(row, defaults, rest)
         tmpl = _BINARY_FAST if row.n_inputs == 2 else _UNARY_FAST
         body = tmpl.format(a=inputs[0], b=inputs[-1], defaults=extra, name=row.name)
         if not row.out:
@@ -855,7 +939,7 @@ def _generate_inplace(row: OpDef) -> Callable:
     kw = "{" + ", ".join(f"{n!r}: {n}" for n in rest) + "}"
     body = ""
     if row.fast and row.n_inputs == 2:
-        extra = "".join(f" and {n} == {v}" for n, v in defaults.items() if n in rest)
+        extra = _default_checks(row, defaults, rest)
         body = _INPLACE_FAST.format(defaults=extra, b=inputs[1])
     src = f"def {row.name}_({sig}):\n{body}    return _call(_row, {targs}, {kw}, None, self)\n"
     env = _base_env(row)

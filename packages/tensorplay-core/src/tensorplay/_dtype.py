@@ -218,6 +218,132 @@ def result_type_of(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> dtype:
     return _combine(groups[0], _combine(groups[1], groups[2]))
 
 
+def complex_half(dim_dtypes, zero_dim_dtypes, scalar_dtypes) -> builtins_bool:
+    """Would PyTorch's ``result_type`` be complex32 (ComplexHalf), a dtype TensorPlay lacks?
+
+    That happens where float16 wins its group and a complex operand of a weaker group makes
+    the result complex (``float16 tensor * 1j``); ``result_type_of`` says complex64 there.
+    """
+    groups = [None, None, None]
+    for i, group in enumerate((dim_dtypes, zero_dim_dtypes, scalar_dtypes)):
+        for d in group:
+            groups[i] = d if groups[i] is None else _PROMOTE[groups[i], d]
+
+    def half(higher, lower, lower_half):  # is _combine(higher, lower) complex32?
+        if higher is None:
+            return lower_half
+        if lower is None or higher.is_complex or not lower.is_complex:
+            return False
+        return higher is float16 if higher.is_floating_point else lower_half
+
+    inner = _combine(groups[1], groups[2])
+    return half(groups[0], inner, half(groups[1], groups[2], False))
+
+
+# ---- Python numbers entering a dtype (torch's wrapped numbers) ------------------------------
+
+# The values torch's checked conversion (c10::checked_convert) accepts, per target dtype.
+# Unsigned targets take integers down to -max: they wrap (uint8 takes -255..255).
+_INT_RANGE = {
+    d: (
+        -int(np.iinfo(d.np).max) if not d.is_signed else int(np.iinfo(d.np).min),
+        int(np.iinfo(d.np).max),
+    )
+    for d in (uint8, int8, int16, int32, int64)
+}
+_INF = float("inf")
+_FLOAT_MAX = {
+    float16: 65504.0,
+    bfloat16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+    float32: float(np.finfo(np.float32).max),
+    float64: float(np.finfo(np.float64).max),
+}
+
+
+def fits(value, dt: dtype) -> builtins_bool:
+    """Does the Python number ``value`` convert to ``dt`` without overflow, by PyTorch's rule?
+
+    That rule (c10's ``checked_convert``, behind ``fill_``, ``masked_fill``, ``clamp`` and
+    ``where``): nothing overflows bool and a bool overflows nothing; integer targets need the
+    value in range (a float is compared before truncation, so NaN and infinities never fit;
+    unsigned targets also take negative integers down to -max, which wrap); floating targets
+    take NaN, infinities and anything up to the dtype's largest finite value; a complex value
+    fits a real dtype only with a zero imaginary part, and a complex dtype part by part.
+    """
+    if dt is bool or type(value) is builtins_bool:
+        return True
+    if isinstance(value, np.generic):
+        value = value.item()
+    if type(value) is complex:
+        if not dt.is_complex:
+            return value.imag == 0 and fits(value.real, dt)
+        return fits(value.real, dt.to_real()) and fits(value.imag, dt.to_real())
+    if dt.is_complex:
+        dt = dt.to_real()
+    if dt.is_floating_point:
+        return not abs(value) > _FLOAT_MAX[dt] or value in (_INF, -_INF)  # NaN fits too
+    lo, hi = _INT_RANGE[dt]
+    return lo <= value <= hi if type(value) is int or dt.is_signed else 0 <= value <= hi
+
+
+_WIDER = (int16, int32, int64, float32, float64, complex64, complex128)  # what to suggest
+
+
+def check_int64(op: str, value) -> None:
+    """``OverflowError`` for a Python int beyond int64: torch reads every Python int as one."""
+    if type(value) is int and not -(2**63) <= value < 2**63:
+        raise OverflowError(
+            f"{op}(): {value} does not fit in int64, the type a Python int operand takes; "
+            f"pass it as a float ({float(value):.6g}) or a tensor"
+        )
+
+
+def check_fits(op: str, value, dt: dtype, *, factory: builtins_bool = False) -> None:
+    """``RuntimeError`` naming ``op`` where ``value`` does not fit ``dt`` (see ``fits``);
+    ``OverflowError`` for a Python int beyond int64. ``factory``: the fix is a ``dtype=``
+    argument (``full``), not converting a tensor."""
+    check_int64(op, value)
+    if fits(value, dt):
+        return
+    if type(value) is complex and value.imag != 0 and not dt.is_complex:
+        held = "no imaginary part"
+    elif dt.is_floating_point or dt.is_complex:
+        held = f"finite values up to {_FLOAT_MAX[dt.to_real()]:.6g} in magnitude"
+    elif dt.is_signed:
+        held = f"{_INT_RANGE[dt][0]}..{_INT_RANGE[dt][1]}"
+    else:
+        held = f"0..{_INT_RANGE[dt][1]}, and negative integers down to {_INT_RANGE[dt][0]}, wrapped"
+    wider = next((d for d in _WIDER if can_cast(dt, d) and fits(value, d)), complex128)
+    raise RuntimeError(
+        f"{op}(): value {value!r} cannot be converted to type {dt.name} without overflow "
+        f"({dt.name} holds {held}); "
+        + (
+            f"pass a dtype that holds it, e.g. dtype=tensorplay.{wider.name}"
+            if factory
+            else f"convert the tensor to a dtype that holds it first, e.g. "
+            f".to(tensorplay.{wider.name})"
+        )
+    )
+
+
+def scalar_array(value, dt: dtype) -> np.ndarray:
+    """``value`` as a 0-d numpy array of ``dt``, converted as torch converts a wrapped number:
+    out-of-range integers wrap, floats beyond the dtype's range become infinite, a complex
+    number keeps its real part; silently (numpy would warn)."""
+    if type(value) is complex and not dt.is_complex:
+        value = value != 0 if dt is bool else value.real
+    a = np.array(value)
+    if a.dtype == dt.np:
+        return a
+    big = _FLOAT_MAX.get(dt.to_real())
+    if big is not None and abs(value) <= big:  # NaN, inf and overflow take the slow branch
+        return a.astype(dt.np)
+    if big is None and type(value) is not float:  # integers into an integer dtype wrap
+        return a.astype(dt.np)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return a.astype(dt.np)
+
+
 def can_cast(src: dtype, dst: dtype) -> builtins_bool:
     """torch.can_cast: no category downgrade (complex->float, float->int, int->bool)."""
     return src.category <= dst.category
