@@ -63,19 +63,25 @@ def _shape_arg(size, op) -> tuple:
     return tuple(out)
 
 
-def _check_fits(values: np.ndarray, dt: D.dtype, op: str) -> None:
-    """Integer targets must hold every value exactly (torch raises on overflow)."""
+def _check_fits(values: np.ndarray, dt: D.dtype, op: str, *, wrap: bool = False) -> None:
+    """Integer targets must hold every value exactly (torch raises on overflow);
+    ``wrap``: the values are data (``tensor``, ``arange``), where negative integers wrap
+    into an unsigned dtype."""
     if dt.category != 1 or values.size == 0:
         return
     if values.dtype.kind == "f" and not np.isfinite(values).all():
         raise RuntimeError(f"{op}(): value cannot be converted to type {dt.name} without overflow")
     if values.dtype.kind in "iuf":
         info = np.iinfo(dt.np)
+        # NOTE: torch lets negative *integers* wrap into unsigned types (-1 -> 255), down to
+        # -max: "a - b" written as "a + (-b)" must work on uint8
+        least = -int(info.max) if wrap and info.min == 0 and values.dtype.kind in "iu" else info.min
         lo, hi = values.min(), values.max()
-        if lo < info.min or hi > info.max:
-            bad = lo if lo < info.min else hi
+        if lo < least or hi > info.max:
+            bad = (lo if lo < least else hi).item()
             raise RuntimeError(
-                f"{op}(): value {bad!r} cannot be converted to type {dt.name} without overflow"
+                f"{op}(): value {bad!r} cannot be converted to type {dt.name} without overflow "
+                f"({dt.name} holds {info.min}..{info.max}); pass a wider dtype"
             )
 
 
@@ -100,16 +106,21 @@ def _infer_dtype(arr: np.ndarray, data) -> D.dtype:
     raise TypeError(f"tensor(): could not infer a dtype from data of numpy dtype {arr.dtype}")
 
 
-def _to_numpy(data, op: str) -> np.ndarray:
+def _to_numpy(data, op: str, floating: bool = False) -> np.ndarray:
+    """``data`` as a numpy array; ``floating``: the target dtype is float, complex or bool,
+    so Python ints beyond int64 are read as floats (torch reads them as doubles there)."""
     if isinstance(data, Tensor):
         return data.detach().cpu().numpy()
     if isinstance(data, (list, tuple)):
-        data = [_to_numpy(x, op) if isinstance(x, Tensor) else x for x in data]
+        data = [_element(x, op) if isinstance(x, Tensor) else x for x in data]
     try:
         if isinstance(data, (list, tuple)) and _has_big_int(data):
-            raise RuntimeError(
-                f"{op}(): Overflow when unpacking long: an integer does not fit in int64"
-            )
+            if not floating:
+                raise RuntimeError(
+                    f"{op}(): Overflow when unpacking long: an integer does not fit in int64; "
+                    "pass dtype=tp.float64 to read it as a float"
+                )
+            data = _ints_as_floats(data, op)
         arr = np.asarray(data)
     except ValueError as e:
         raise ValueError(f"{op}(): could not build a tensor from the data: {e}") from None
@@ -119,6 +130,36 @@ def _to_numpy(data, op: str) -> np.ndarray:
             f"consistent shape, got {type(data).__name__}"
         )
     return arr
+
+
+def _element(t: Tensor, op: str):
+    # torch reads a tensor inside a list as a number (t.item()), so only one-element
+    # tensors may appear there; a 0-d tensor keeps its shape
+    if t.numel() != 1:
+        raise ValueError(
+            f"{op}(): only one element tensors can be converted to Python scalars, got a "
+            f"tensor of shape {list(t.shape)} in the list; join tensors with tp.stack(list)"
+        )
+    return t.detach().cpu().numpy()
+
+
+def _ints_as_floats(data, op: str):
+    out = []
+    for x in data:
+        if isinstance(x, (list, tuple)):
+            out.append(_ints_as_floats(x, op))
+        elif isinstance(x, int) and not isinstance(x, bool) and not -(2**63) <= x < 2**63:
+            out.append(_int_as_float(x, op))
+        else:
+            out.append(x)
+    return out
+
+
+def _int_as_float(x: int, op: str) -> float:
+    try:
+        return float(x)
+    except OverflowError:
+        raise OverflowError(f"{op}(): int too large to convert to float: {x:.6g}") from None
 
 
 def _has_big_int(data) -> bool:
@@ -134,11 +175,27 @@ def _has_big_int(data) -> bool:
 def _from_values(data, dtype, device, op) -> Tensor:
     dtype = _dtype_arg(dtype, op)
     dev = canonical(device)
+    floating = dtype is not None and dtype.category != 1
     if isinstance(data, int) and not isinstance(data, bool) and not -(2**63) <= data < 2**63:
-        raise RuntimeError(f"{op}(): Overflow when unpacking long: {data} does not fit in int64")
-    arr = _to_numpy(data, op)
+        if not floating:
+            raise RuntimeError(
+                f"{op}(): Overflow when unpacking long: {data} does not fit in int64; pass "
+                "dtype=tp.float64 to read it as a float"
+            )
+        data = _int_as_float(data, op)
+    arr = _to_numpy(data, op, floating)
     dt = dtype or _infer_dtype(arr, data)
-    _check_fits(arr, dt, op)
+    if isinstance(data, (np.ndarray, Tensor)):
+        pass  # arrays and tensors convert as .to(dtype) does: wrapping, no check (torch)
+    elif arr.dtype.kind == "c" and dt.category in (1, 2):
+        # Python complex numbers do not convert to a real dtype silently (torch)
+        what = "an integer" if dt.category == 1 else "a real number"
+        raise TypeError(
+            f"{op}(): data holds complex numbers but dtype={dt} needs {what}; pass a "
+            "complex dtype, or the real parts (z.real)"
+        )
+    else:
+        _check_fits(arr, dt, op, wrap=True)
     with np.errstate(all="ignore"):
         arr = arr.astype(dt.np)
     if dev is META:
@@ -248,11 +305,13 @@ def empty(*size, dtype=None, device=None, requires_grad: bool = False, **_ignore
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     shape = _shape_arg((size,) if isinstance(size, (tuple, list)) else (size,), "full")
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
     dt = _dtype_arg(dtype, "full") or D.scalar_dtype(fill_value)
-    _check_fits(np.asarray(fill_value), dt, "full")
+    D.check_fits("full", fill_value, dt, factory=True)
     t = empty_tensor(shape, dt, canonical(device))
     if t._data is not None:
-        t._data.fill(fill_value)
+        t._data.fill(D.scalar_array(fill_value, dt))
     return _finish(t, requires_grad)
 
 
@@ -285,12 +344,31 @@ def _like(fn, name):
     return like
 
 
+def _arange_args(start, end, step) -> list:
+    """start/end/step as Python numbers, checked as torch checks them."""
+    vals = []
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        v = v.item() if isinstance(v, Tensor) else v  # an int tensor stays an int (torch)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"arange(): {name} must be a real number, got {type(v).__name__}")
+        if isinstance(v, int) and not -(2**63) <= v < 2**63:
+            # torch reads a Python int as int64: it never becomes a float here
+            raise RuntimeError(
+                f"arange(): {name}={v} does not fit in int64; pass it as a float "
+                f"({float(v):.6g}) for a floating point range"
+            )
+        vals.append(v)
+    if not math.isfinite(vals[2]) or vals[2] == 0:
+        raise RuntimeError(f"arange(): step must be nonzero and finite, got step={vals[2]}")
+    if not (math.isfinite(vals[0]) and math.isfinite(vals[1])):
+        raise RuntimeError(f"arange(): unsupported range: {vals[0]} -> {vals[1]}")
+    return vals
+
+
 def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False) -> Tensor:
     if end is None:
         start, end = 0, start
-    vals = [float(v) if isinstance(v, Tensor) else v for v in (start, end, step)]
-    if vals[2] == 0:
-        raise RuntimeError("arange(): step must be nonzero")
+    vals = _arange_args(start, end, step)
     if (vals[1] - vals[0]) * vals[2] < 0:
         raise RuntimeError(
             f"arange(): upper bound and larger bound inconsistent with step sign "
@@ -298,9 +376,33 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
         )
     if dtype is None:
         dtype = D.int64 if all(isinstance(v, int) for v in vals) else D.get_default_dtype()
+    if not (dtype.is_floating_point or dtype.category == 1):
+        raise NotImplementedError(
+            f"arange(): not implemented for dtype {dtype} (torch has no bool or complex "
+            "arange); build it as an integer or float range and convert with .to()"
+        )
+    if dtype.category == 1 and int(vals[2]) == 0:
+        # torch steps integer ranges by int(step)
+        raise RuntimeError(f"arange(): step {vals[2]} is 0 once converted to {dtype}")
     n = max(math.ceil((vals[1] - vals[0]) / vals[2]), 0)
-    arr = vals[0] + np.arange(n, dtype=np.float64 if dtype.category >= 2 else np.int64) * vals[2]
-    _check_fits(arr, dtype, "arange")
+    if n >= 2**63:
+        raise RuntimeError(
+            f"arange(): invalid size, possible overflow? ({n} elements from start={vals[0]}, "
+            f"end={vals[1]}, step={vals[2]})"
+        )
+    if dtype.category >= 2:
+        arr = vals[0] + np.arange(n, dtype=np.float64) * vals[2]
+    else:  # exact: integer arithmetic (int64 in numpy can overflow silently)
+        lo, step = int(vals[0]), int(vals[2])
+        last = lo + (n - 1) * step if n else lo
+        if not -(2**63) <= last < 2**63:
+            raise RuntimeError(
+                f"arange(): the range ends at {last}, beyond int64 (start={vals[0]}, "
+                f"end={vals[1]}, step={vals[2]})"
+            )
+        arr = lo + np.arange(n, dtype=np.int64) * step
+    # NOTE: values beyond a narrow integer dtype wrap, as in torch (arange(250, 255,
+    # dtype=int8) is [-6 .. -2]): torch computes in int64 and casts without a check
     return _finish(_from_values(arr, dtype, device, "arange"), requires_grad)
 
 
@@ -309,6 +411,7 @@ def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False)
         raise RuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
     arr = np.linspace(float(start), float(end), int(steps))
     dt = dtype or D.get_default_dtype()
+    _check_fits(arr, dt, "linspace")
     return _finish(_from_values(arr, dt, device, "linspace"), requires_grad)
 
 
@@ -421,7 +524,12 @@ def randint(
             f"randint(): random_ expects 'from' to be less than 'to', but got "
             f"from={low} >= to={high}"
         )
+    for name, v in (("low", low), ("high", high)):
+        if isinstance(v, int) and not -(2**63) <= v < 2**63:
+            raise RuntimeError(f"randint(): {name}={v} does not fit in int64")
     dt = dtype or D.int64
+    if dt.is_complex:
+        raise RuntimeError(f"randint(): dtype {dt} is not supported; use an integer or float dtype")
     _check_fits(np.array([low, high - 1]), dt, "randint")
 
     def sample(r, s):
@@ -433,9 +541,34 @@ def randint(
     return _finish(t, requires_grad)
 
 
+# the largest n whose permutation a float dtype holds exactly (torch's limits)
+_RANDPERM_FLOAT_MAX = {"float16": 2049, "bfloat16": 257, "float32": 2**24 + 1}
+
+
 def randperm(n: int, *, generator=None, dtype=None, device=None) -> Tensor:
+    """A random permutation of ``0 .. n-1``."""
+    if isinstance(n, Tensor):
+        n = n.item()
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"randperm(): argument 'n' must be int, not {type(n).__name__}")
+    if n < 0:
+        raise RuntimeError(
+            f"randperm(): Trying to create tensor with negative dimension {n}: [{n}]"
+        )
+    dt = _dtype_arg(dtype, "randperm") or D.int64
+    if dt is D.bool or dt.is_complex:
+        raise NotImplementedError(
+            f"randperm(): not implemented for dtype {dt}; use an integer dtype"
+        )
+    top = _RANDPERM_FLOAT_MAX.get(dt.name)
+    if top is not None and n > top:
+        raise RuntimeError(
+            f"randperm(): n cannot be greater than {top} for {dt} (larger values are not "
+            "exact); pass dtype=tp.int64"
+        )
+    _check_fits(np.array([max(n - 1, 0)]), dt, "randperm")
     rng = (generator or default_generator)._rng
-    return _from_values(rng.permutation(int(n)), dtype or D.int64, device, "randperm")
+    return _from_values(rng.permutation(n), dt, device, "randperm")
 
 
 empty_like = _like(empty, "empty_like")

@@ -259,6 +259,12 @@ def movedim(t, source, destination):
             f"dims) should contain the same number of dims as destination "
             f"({list(dst)} dims)"
         )
+    for name, given in (("source", src), ("destination", dst)):
+        wrapped = [wrap_dim(d, n, "movedim") for d in given]
+        if len(set(wrapped)) != len(wrapped):
+            raise RuntimeError(f"movedim(): repeated dim in `{name}` ({list(given)})")
+    if n == 0:  # dims 0 and -1 name a 0-d tensor's only "dim": nothing moves (torch)
+        return permute(t, ())
     src = [wrap_dim(d, n, "movedim") for d in src]
     dst = [wrap_dim(d, n, "movedim") for d in dst]
     order = [None] * n
