@@ -941,11 +941,22 @@ def _round(xp, a, decimals=0):
     return xp.round(a, decimals) if a.dtype.kind in "fc" else a
 
 
+def _round_dtype(d, params):
+    # torch rounds integers only to decimals=0 (a copy); it has no integer kernel otherwise
+    if params.get("decimals", 0) != 0 and d.category <= 1:
+        raise NotImplementedError(
+            f"round(): decimals={params['decimals']} is not supported for {d} inputs; "
+            "convert them to a floating dtype first"
+        )
+    return M.same(d, params)
+
+
 op(
     "round",
     "input, *, decimals=0",
     kernel=_round,
     shape=_pw_shape("round"),
+    dtype=_round_dtype,
     allow="if",
     out=True,
     inplace=True,
@@ -970,7 +981,8 @@ for _name, _uf, _dn in [
         dtype=M.to_bool,
         allow="bifc" if _name in ("eq", "ne") else "bif",
         dunders=(_dn,),
-        inplace=False,
+        # x.eq_(y) writes the comparison into x, in x's dtype (1/0), as torch does
+        inplace=True,
     )
 
 
@@ -985,14 +997,13 @@ for _name in ("logical_and", "logical_or", "logical_xor"):
         lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)),
         ufunc=_name,
         dtype=M.to_bool,
-        inplace=False,
+        inplace=True,
     )
 unary(
     "logical_not",
     lambda xp, a: xp.logical_not(_truth(a)),
     ufunc="logical_not",
     dtype=M.to_bool,
-    inplace=False,
 )
 for _name, _uf, _dn in [
     ("bitwise_and", "bitwise_and", ("__and__", "__rand__", "__iand__")),
