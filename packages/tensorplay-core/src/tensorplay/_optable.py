@@ -482,10 +482,10 @@ def _div(xp, a, b, rounding_mode=None):
 def _div_dtype(d, params):
     if params.get("rounding_mode") is None:
         return M.to_float(d, params)
-    if d.is_complex:  # torch: "div_trunc_cpu" / "div_floor_cpu" not implemented for complex
+    if d.is_complex or d is _bool():  # torch: "div_floor_cpu" not implemented for complex/bool
         raise RuntimeError(
             f"div(): rounding_mode={params['rounding_mode']!r} is not supported "
-            f"for complex inputs ({d})"
+            f"for {d.name} inputs; convert them to a real floating dtype first"
         )
     return M.same(d, params)
 
@@ -513,12 +513,30 @@ def _pow(xp, a, b):
     return xp.power(a, b)
 
 
+def _alpha_dtype(d, params):
+    """add/sub: ``alpha`` must suit the result dtype, as torch checks it (a float alpha would
+    otherwise be truncated into an integer result)."""
+    alpha = params.get("alpha", 1)
+    if isinstance(alpha, bool) and d is not _bool():
+        raise RuntimeError(f"alpha={alpha} (a bool) is only supported for bool results, not {d}")
+    if d.category <= 1 and not isinstance(alpha, int):
+        raise RuntimeError(
+            f"alpha={alpha!r} must be an integer for integer or bool inputs ({d}); "
+            "convert the inputs to a floating dtype first"
+        )
+    if not d.is_complex and isinstance(alpha, complex):
+        raise RuntimeError(f"alpha={alpha!r} must not be complex for {d} inputs")
+    return M.same(d, params)
+
+
 binary(
     "add",
     _add,
     params="input, other, *, alpha=1",
     ufunc="add",
+    dtype=_alpha_dtype,
     dunders=("__add__", "__radd__", "__iadd__"),
+    scalar_opmath=(0, 1),  # ``2.5 + x`` is add(x, 2.5) in torch
     **_linear_pair(1),
 )
 
@@ -537,9 +555,10 @@ def _no_bool_operand(name, what):
 
 
 def _pow_shape(input, exponent):
-    # torch has no bool ** bool kernel for two tensors (a Python bool exponent is fine)
-    if getattr(input, "dtype", None) is _bool() and getattr(exponent, "dtype", None) is _bool():
-        raise RuntimeError('pow(): "pow" not implemented for two Bool tensors')
+    # torch has no bool ** bool kernel for a bool exponent tensor (a Python bool exponent is fine)
+    base_bool = isinstance(input, bool) or getattr(input, "dtype", None) is _bool()
+    if base_bool and getattr(exponent, "dtype", None) is _bool():
+        raise RuntimeError('pow(): "pow" not implemented for a bool base and bool exponent tensor')
     # a negative Python int exponent of an integer tensor is refused (torch), while a
     # negative exponent *tensor* is computed (the kernel's integer rule)
     if (
@@ -565,7 +584,9 @@ binary(
     _sub,
     params="input, other, *, alpha=1",
     ufunc="subtract",
+    dtype=_alpha_dtype,
     allow="ifc",
+    scalar_opmath=(1,),  # not ``2.5 - x``: torch's rsub rounds 2.5 to x's dtype first
     shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
     dunders=("__sub__", "__rsub__", "__isub__"),
     **_linear_pair(-1),
@@ -574,6 +595,7 @@ binary(
     "mul",
     ufunc="multiply",
     dunders=("__mul__", "__rmul__", "__imul__"),
+    scalar_opmath=(0, 1),
     vjp=_pointwise(lambda a, b: b, lambda a, b: a)["vjp"],
     jvp=_bilinear("mul"),
 )
@@ -592,6 +614,7 @@ binary(
     params="input, other, *, rounding_mode=None",
     ufunc="true_divide",
     dtype=_div_dtype,
+    scalar_opmath=(1,),
     dunders=("__truediv__", "__rtruediv__", "__itruediv__"),
     # rounded quotients are piecewise constant: zero gradient (torch)
     **_pointwise(
@@ -604,6 +627,7 @@ binary(
     _floor_divide,
     allow="if",
     dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"),
+    scalar_opmath=(1,),
     **_ZERO,
 )
 binary(
@@ -636,6 +660,7 @@ binary(
     _pow,
     params="input, exponent",
     shape=_pow_shape,
+    scalar_check="ih",  # torch takes a float32/float64/complex exponent at double precision
     dunders=("__pow__", "__rpow__", "__ipow__"),
     **_pointwise(_pow_dbase, _pow_dexp),
 )
@@ -867,6 +892,14 @@ def _clamp(xp, a, lo=None, hi=None):
 def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
     if min is None and max is None:
         raise RuntimeError("clamp(): At least one of 'min' or 'max' must not be None")
+    bounds = [b for b in (min, max) if b is not None]
+    if (
+        input.dtype is _bool()
+        and any(isinstance(b, bool) for b in bounds)
+        and all(isinstance(b, bool) or b.dtype is _bool() for b in bounds)
+    ):
+        # torch clamps bool tensors by bool tensors only; it has no kernel for a number bound
+        raise RuntimeError("clamp(): a bool tensor takes bool bounds as tensors, not numbers")
     return M.pointwise_shape("clamp", input, min, max)
 
 
@@ -895,6 +928,7 @@ op(
     kernel=_clamp,
     shape=_clamp_shape,
     allow="bif",
+    scalar_check="ihf",
     out=True,
     inplace=True,
     **_clamp_partials(),
@@ -924,6 +958,7 @@ op(
     shape=_pw_shape("where"),
     kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b),
     method=False,
+    scalar_check="ifc",  # NOTE: torch lets float16/bfloat16 overflow to inf here
     out=True,
     vjp=_where_vjp,
     jvp=_where_jvp,
@@ -2129,6 +2164,7 @@ op(
     cast=(0, 2),
     promote="first",
     kernel=lambda xp, a, m, v: xp.where(m, v, a),
+    scalar_check="ihfc",
     shape=_masked_fill_shape,
     inplace=True,
     vjp=lambda ctx, grad: (
