@@ -151,7 +151,20 @@ class Tensor:
 
     def detach(self) -> Tensor:
         """A view of the same data, cut from the autograd graph."""
-        return make_view(self, self._shape, strides_of(self), self._offset)
+        # same geometry, so the array object itself can be shared: no new numpy/CuPy view
+        # (custom-op kernels get detached inputs on every call)
+        t = _new(
+            Tensor,
+            self._data,
+            self._storage,
+            self._offset,
+            self._shape,
+            self._stride,
+            self.dtype,
+            self.device,
+        )
+        t._base = self if self._base is None else self._base
+        return t
 
     def _check_data(self, what: str):
         if self._data is None:
