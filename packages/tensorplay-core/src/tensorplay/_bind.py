@@ -46,8 +46,10 @@ def _operator(row, dunder):
         def op(self, other):
             if isinstance(other, _NUMBER):
                 # ``2 / x`` is ``x.reciprocal() * 2`` in torch: its float16 rounding and complex
-                # zeros (nan, not inf) show the difference from div(2, x)
-                return mul(reciprocal(self), other)
+                # zeros (nan, not inf) show the difference from div(2, x); ``0 / 0`` is
+                # inf * 0 there, silently
+                with np.errstate(invalid="ignore"):
+                    return mul(reciprocal(self), other)
             if not isinstance(other, Tensor):
                 return _foreign(fn, other, self)
             return fn(other, self)
