@@ -1500,8 +1500,8 @@ op(
 
 def _softmax(xp, a, dim, dtype=None):
     d = M.wrap_dim(dim, a.ndim, "softmax")
-    if a.ndim == 0:
-        return xp.ones_like(a)
+    if a.ndim == 0:  # exp(a - a): nan for inf and nan, as torch
+        return xp.exp(a - a)
     e = xp.exp(a - xp.amax(a, axis=d, keepdims=True)) if a.size else a
     return e / xp.sum(e, axis=d, keepdims=True) if a.size else a
 
@@ -1513,8 +1513,8 @@ def _softmax_jvp(ctx, t):
 
 def _log_softmax(xp, a, dim, dtype=None):
     d = M.wrap_dim(dim, a.ndim, "log_softmax")
-    if a.ndim == 0:
-        return xp.zeros_like(a)
+    if a.ndim == 0:  # a - a: nan for inf and nan, as torch
+        return a - a
     return a - _logsumexp(xp, a, d, keepdim=True) if a.size else a
 
 

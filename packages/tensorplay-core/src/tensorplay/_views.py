@@ -167,7 +167,12 @@ def squeeze(t, dim=None):
         keep = [i for i, n in enumerate(shape) if n != 1]
     else:
         dims = (dim,) if isinstance(dim, int) else tuple(dim)
-        drop = {wrap_dim(d, len(shape), "squeeze") for d in dims}
+        drop = set()
+        for d in dims:
+            w = wrap_dim(d, len(shape), "squeeze")
+            if w in drop:
+                raise RuntimeError(f"squeeze(): dim {w} appears multiple times in the list of dims")
+            drop.add(w)
         keep = [i for i, n in enumerate(shape) if not (i in drop and n == 1)]
     return tuple(shape[i] for i in keep), tuple(st[i] for i in keep), off
 
@@ -308,9 +313,12 @@ def split(t, split_size_or_sections, dim=0):
 def chunk(t, chunks, dim=0):
     if chunks <= 0:
         raise RuntimeError(f"chunk(): chunks must be greater than 0, got {chunks}")
+    if not t._shape:
+        raise RuntimeError("chunk(): expects at least a 1-dimensional tensor")
     n = t._shape[wrap_dim(dim, t.dim(), "chunk")]
-    step = max(-(-n // chunks), 1)
-    return split(t, step, dim)
+    if n == 0:  # torch: as many empty chunks as asked for
+        return split(t, [0] * chunks, dim)
+    return split(t, -(-n // chunks), dim)
 
 
 def diagonal(t, offset=0, dim1=0, dim2=1):
