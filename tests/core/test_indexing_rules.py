@@ -117,19 +117,24 @@ def _torch_index(torch, idx):
     return tuple(torch.tensor(i) if isinstance(i, np.ndarray) else i for i in idx)
 
 
+def _on(idx, device):
+    """The index with its lists as index tensors on ``device`` (CUDA indexes with CuPy)."""
+    return tuple(tp.tensor(i, device=device) if isinstance(i, list) else i for i in idx)
+
+
 @pytest.mark.parametrize("idx", _INDICES, ids=repr)
-def test_getitem_matches_torch(idx):
+def test_getitem_matches_torch(idx, device):
     torch = pytest.importorskip("torch")
     data = np.arange(18.0).reshape(2, 3, 3)
-    got = tp.tensor(data)[idx]
+    got = tp.tensor(data, device=device)[_on(idx, device) if device == "cuda" else idx]
     want = torch.tensor(data)[_torch_index(torch, idx)]
     assert tuple(got.shape) == tuple(want.shape)
-    assert got.tolist() == want.tolist()
+    assert got.cpu().tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("idx", _INDICES, ids=repr)
 @pytest.mark.parametrize("recorded", [False, True], ids=["plain", "autograd"])
-def test_setitem_matches_torch(idx, recorded):
+def test_setitem_matches_torch(idx, recorded, device):
     torch = pytest.importorskip("torch")
     data = np.arange(18.0).reshape(2, 3, 3)
     want = torch.tensor(data)
@@ -137,12 +142,12 @@ def test_setitem_matches_torch(idx, recorded):
     value = np.arange(100.0, 100.0 + int(np.prod(shape))).reshape(shape)
     want[_torch_index(torch, idx)] = torch.tensor(value)
     if recorded:
-        leaf = tp.tensor(data, requires_grad=True)
+        leaf = tp.tensor(data, requires_grad=True, device=device)
         got = leaf.clone()
     else:
-        got = tp.tensor(data)
-    got[idx] = tp.tensor(value)
-    assert got.tolist() == want.tolist()
+        got = tp.tensor(data, device=device)
+    got[_on(idx, device) if device == "cuda" else idx] = tp.tensor(value, device=device)
+    assert got.cpu().tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("idx", _INDICES, ids=repr)
