@@ -136,6 +136,8 @@ def test_getitem_matches_torch(idx, device):
 @pytest.mark.parametrize("recorded", [False, True], ids=["plain", "autograd"])
 def test_setitem_matches_torch(idx, recorded, device):
     torch = pytest.importorskip("torch")
+    if device == "cuda" and [0, 0, 2] in idx:
+        pytest.skip("which of two writes to one position wins is undefined on CUDA (torch too)")
     data = np.arange(18.0).reshape(2, 3, 3)
     want = torch.tensor(data)
     shape = tuple(want[_torch_index(torch, idx)].shape)
