@@ -274,6 +274,8 @@ def _copy_(self, src, non_blocking=False):
         )
     if _dispatch.autograd_hooks.needs_grad((self, src)):
         _dispatch.autograd_hooks.record_write("copy_", self, src)
+    if _dispatch.autograd_hooks.needs_forward((self, src)):
+        _dispatch.autograd_hooks.forward_overwrite(self, src)
     return _write(self, src)
 
 
@@ -304,9 +306,14 @@ def _fill(self, value, name: str):
         if _dispatch.autograd_hooks.needs_grad((self, value)):
             # the value's gradient is the sum of the filled elements' gradients
             _dispatch.autograd_hooks.record_write(name, self, value)
+        if _dispatch.autograd_hooks.needs_forward((self, value)):
+            _dispatch.autograd_hooks.forward_overwrite(self, value)
         value = value.item()
-    elif _dispatch.autograd_hooks.needs_grad((self,)):
-        _dispatch.autograd_hooks.record_write(name, self)
+    else:
+        if _dispatch.autograd_hooks.needs_grad((self,)):
+            _dispatch.autograd_hooks.record_write(name, self)
+        if _dispatch.autograd_hooks.needs_forward((self,)):
+            _dispatch.autograd_hooks.forward_overwrite(self)
     D.check_fits(name, value, self.dtype)
     if self._data is not None:
         self._data[...] = D.scalar_array(value, self.dtype)
@@ -327,6 +334,8 @@ def _random_(name, sample):
 
         if _dispatch.autograd_hooks.needs_grad((self,)):
             _dispatch.autograd_hooks.record_write(name, self)
+        if _dispatch.autograd_hooks.needs_forward((self,)):
+            _dispatch.autograd_hooks.forward_overwrite(self)
         if self._data is not None:
             rng = (generator or default_generator)._rng
             vals = sample(rng, self._shape, *args)

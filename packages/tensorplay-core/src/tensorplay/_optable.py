@@ -80,6 +80,10 @@ def _takes_out(fn) -> bool:
 
 
 def _times(g, d):
+    if isinstance(d, Tensor) and d.dtype is _bool():
+        # a 0/1 partial selects: an inf gradient where it is 0 gives 0, not inf * 0 = nan
+        # (torch masks with where/masked_fill the same way)
+        return tp.where(d, g, 0)
     return g if isinstance(d, (int, float)) and not isinstance(d, bool) and d == 1 else g * d
 
 
@@ -263,10 +267,23 @@ def _prod_partial(x, out, axes, **_):
     return _prod_of_others(x, axes) if bool((x == 0).any()) else out / x
 
 
-def _ties_partial(x, out, axes, **_):
-    # amax/amin: the gradient is shared evenly by the elements equal to the extreme (torch)
-    hit = x == out
-    return hit / hit.sum(dim=axes, keepdim=True)
+def _ties_vjp(ctx, grad):
+    # amax/amin: the gradient is shared evenly by the elements equal to the extreme, in the
+    # gradient's dtype (torch's scale_grad_by_count, in its order: grad / count * mask)
+    x, dim = ctx.inputs[0], ctx.params.get("dim")
+    hit = x == _unreduce(ctx.out, x, dim)
+    return (_unreduce(grad, x, dim) / hit.sum(dim=_axes_of(x, dim), keepdim=True) * hit,)
+
+
+def _ties_jvp(ctx, t):
+    # the mean tangent of the tied elements (torch's amaxamin_jvp: selected, not multiplied)
+    if t is None:
+        return None
+    x, dim, keepdim = ctx.inputs[0], ctx.params.get("dim"), ctx.params.get("keepdim", False)
+    hit = x == _unreduce(ctx.out, x, dim)
+    axes = _axes_of(x, dim)
+    picked = tp.where(hit, t, 0).sum(dim=axes, keepdim=True) / hit.sum(dim=axes, keepdim=True)
+    return picked if keepdim else picked.reshape(ctx.out.shape)
 
 
 def _ddof(unbiased=None, correction=None, **_):
@@ -276,6 +293,31 @@ def _ddof(unbiased=None, correction=None, **_):
 def _var_partial(x, axes, unbiased=None, correction=None, **_):
     n = max(_numel_over(tuple(x.shape), axes) - _ddof(unbiased, correction), 0)
     return 2 * _conj(x - x.mean(dim=axes, keepdim=True)) / n
+
+
+def _var_grad(grad, x, params):
+    """torch's var_backward. With no degree of freedom left (correction >= N) a full
+    reduction's gradient is inf (nan where x equals the mean), whatever its sign; over
+    dims it is the formula's 2 / (N - correction), inf at 0 and finite below."""
+    dim, correction = params.get("dim"), _ddof(params.get("unbiased"), params.get("correction"))
+    if dim is None or x.dim() == 0:
+        dof = x.numel() - correction
+        if dof <= 0:
+            return grad * tp.where(x == x.mean(), math.nan, math.inf)
+        return 2.0 / dof * grad * (x - x.mean())
+    axes = _axes_of(x, dim)
+    dof = _numel_over(tuple(x.shape), axes) - correction
+    scale = 2.0 / dof if dof else math.inf
+    return scale * _unreduce(grad, x, dim) * (x - x.mean(dim=axes, keepdim=True))
+
+
+def _var_vjp(ctx, grad):
+    return (_var_grad(grad, ctx.inputs[0], ctx.params),)
+
+
+def _std_vjp(ctx, grad):
+    # d std = d var / (2 std), 0 where std is 0 (torch's std_backward)
+    return (_var_grad(_masked_over(grad, ctx.out * 2), ctx.inputs[0], ctx.params),)
 
 
 def _masked_over(num, den):
@@ -290,6 +332,33 @@ def _std_partial(x, out, axes, **params):
     return _var_partial(x, axes, **params) * _masked_over(0.5, out)
 
 
+_INF = (math.inf, "inf")
+_NEG_INF = (-math.inf, "-inf")
+
+
+def _norm_vjp(ctx, grad):
+    """torch's norm_backward, case by case: p = 0 has no gradient (None: ``.grad`` stays
+    unset); p = +-inf shares it among the extreme elements (and NaNs), as amax does; the
+    masks select (an inf gradient where they are 0 gives 0)."""
+    x, p, dim = ctx.inputs[0], ctx.params["p"], ctx.params["dim"]
+    if p == 0:
+        return (None,)
+    g, norm = _unreduce(grad, x, dim), _unreduce(ctx.out, x, dim)
+    if p == 1:
+        return (_sgn(x) * g,)
+    if p in ("fro", 2):
+        return (g * (x / norm).masked_fill(norm == 0, 0),)
+    if p in _INF or p in _NEG_INF:
+        a = x.abs()
+        hit = (a == norm).logical_or(a.isnan())
+        return (_sgn(x) * (g / hit.sum(dim=_axes_of(x, dim), keepdim=True) * hit),)
+    if p < 1:
+        scaled = _sgn(x) * (x.abs() ** (p - 1)).masked_fill(x == 0, 0)
+        return (scaled * g * norm ** (1 - p),)
+    scaled = _sgn(x) * x.abs() ** (p - 1) if p < 2 else x * x.abs() ** (p - 2)
+    return (scaled * (g / norm ** (p - 1)).masked_fill(norm == 0, 0),)
+
+
 def _norm_partial(x, out, axes, p="fro", **_):
     a, s = x.abs(), _conj(_sgn(x))
     if p in ("fro", 2, 2.0):
@@ -298,8 +367,9 @@ def _norm_partial(x, out, axes, p="fro", **_):
         return s
     if p == 0:
         return tp.zeros_like(a)
-    if p in (math.inf, -math.inf, "inf", "-inf"):
-        return _ties_partial(a, out, axes) * s
+    if p in _INF or p in _NEG_INF:
+        hit = (a == out).to(a.dtype)
+        return hit / hit.sum(dim=axes, keepdim=True) * s
     return _masked_over(a, out) ** (p - 1) * s
 
 
@@ -678,17 +748,40 @@ def _tie_split(wins, ties):
     return tp.where(ties, 0.5, wins)
 
 
+def _extreme_vjp(loses):
+    """minimum/maximum: each input gets the gradient where it is the result, half of it at
+    a tie, and 0 where it ``loses`` (so a NaN, which never loses, passes it on): torch's
+    ``where(a == b, grad / 2, grad).masked_fill_(a loses, 0)``, selected, not multiplied."""
+
+    def vjp(ctx, grad):
+        a, b = ctx.inputs
+        need_a, need_b = _needs(ctx)
+        split = tp.where(a == b, grad / 2, grad)
+        return (
+            split.masked_fill(loses(a, b), 0) if need_a else None,
+            split.masked_fill(loses(b, a), 0) if need_b else None,
+        )
+
+    return vjp
+
+
 binary(
     "minimum",
     ufunc="minimum",
     allow="bif",
-    **_pointwise(lambda a, b: _tie_split(b > a, b == a), lambda a, b: _tie_split(b < a, b == a)),
+    **dict(
+        _pointwise(lambda a, b: _tie_split(b > a, b == a), lambda a, b: _tie_split(b < a, b == a)),
+        vjp=_extreme_vjp(operator.gt),
+    ),
 )
 binary(
     "maximum",
     ufunc="maximum",
     allow="bif",
-    **_pointwise(lambda a, b: _tie_split(b < a, b == a), lambda a, b: _tie_split(b > a, b == a)),
+    **dict(
+        _pointwise(lambda a, b: _tie_split(b < a, b == a), lambda a, b: _tie_split(b > a, b == a)),
+        vjp=_extreme_vjp(operator.lt),
+    ),
 )
 unary(
     "neg",
@@ -832,7 +925,8 @@ unary(
     lambda xp, a: xp.maximum(a, 0).astype(a.dtype),
     allow="if",
     # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
-    **_pointwise(lambda x, out: out > 0),
+    # where(out <= 0, 0, grad) (torch's threshold_backward): NaN passes its gradient
+    **_pointwise(lambda x, out: (out <= 0).logical_not()),
 )
 op(
     "gelu",
@@ -1297,7 +1391,8 @@ for _name, _kernel in (("amax", _amax), ("amin", _amin)):
         allow="bif",
         shape=_reduce_shape(_name, check=_extreme_check(_name)),
         out=True,
-        **_reduction(_ties_partial),
+        vjp=_ties_vjp,
+        jvp=_ties_jvp,
     )
 reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
 reduction("argmin", _arg("argmin"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmin"))
@@ -1308,7 +1403,7 @@ reduction(
     dtype=functools.partial(M.real_float_only, op="var"),
     allow="fc",
     out=True,
-    **_real_jvp(_reduction(_var_partial)),
+    **_real_jvp({"vjp": _var_vjp, "jvp": _reduction(_var_partial)["jvp"]}),
 )
 reduction(
     "std",
@@ -1317,7 +1412,7 @@ reduction(
     dtype=functools.partial(M.real_float_only, op="std"),
     allow="fc",
     out=True,
-    **_real_jvp(_reduction(_std_partial)),
+    **_real_jvp({"vjp": _std_vjp, "jvp": _reduction(_std_partial)["jvp"]}),
 )
 reduction(
     "norm",
@@ -1325,7 +1420,7 @@ reduction(
     params="input, p='fro', dim=None, keepdim=False, dtype=None",
     dtype=functools.partial(M.real_float_only, op="norm"),
     allow="fc",
-    **_real_jvp(_reduction(_norm_partial)),
+    **_real_jvp({"vjp": _norm_vjp, "jvp": _reduction(_norm_partial)["jvp"]}),
 )
 reduction(
     "logsumexp",

@@ -339,3 +339,9 @@ def diagonal(t, offset=0, dim1=0, dim2=1):
         tuple(st[i] for i in keep) + (st[a] + st[b],),
         start,
     )
+
+
+def as_strided_params(t) -> dict:
+    """The ``as_strided`` arguments that view ``t``'s elements from its storage (autograd
+    matches a view with its base through them)."""
+    return {"size": t._shape, "stride": strides_of(t), "storage_offset": t._offset}

@@ -2,22 +2,36 @@
 
 ``record`` attaches an ``OpNode`` (the op-table row's ``vjp``) to the result;
 ``record_inplace`` handles ``x.op_(...)``: x's history is rebased onto the new
-node, and when x is a view its base's history goes through ``CopySlices``.
+node, and when x is a view its base's history goes through ``CopySlices``. A view
+whose memory is written in place after it was made (through it, its base or another
+view) reads its base's new history from then on (``rebuild_view``).
 """
 
 from __future__ import annotations
 
 import dis
 import functools
+import math
 
+from tensorplay._dispatch import OPS
+from tensorplay._factories import zeros
 from tensorplay._native import any_requires_grad
-from tensorplay._tensor import Tensor, strides_of
+from tensorplay._optable import _cells
+from tensorplay._tensor import Tensor
+from tensorplay._views import as_strided_params
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
     needs_forward,
+    overwrite as forward_overwrite,
     propagate as forward,
 )
-from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+from tensorplay.autograd.graph import (
+    Node,
+    SavedTensor,
+    edge_of,
+    grad_fn_of,
+    register_view_rebuild,
+)
 
 
 @functools.cache
@@ -149,6 +163,10 @@ class OpNode(Node):
         self._seq = row.n_inputs == "seq"
         for i, o in enumerate(outputs):
             o.requires_grad, o.grad_fn, o._output_nr = True, self, i
+        if row.kind == "view":
+            for o in outputs:
+                if o._base is not None:  # (reshape may have copied)
+                    o._view_version = o._storage._version  # see graph.grad_fn_of
         save = _ViewGeometry if row.kind == "view" else SavedTensor
         self._saved = (
             [save(x) if isinstance(x, Tensor) else x for x in targs],
@@ -205,8 +223,6 @@ class _ViewGeometry(SavedTensor):
 
 
 def _zeros_like(t):
-    from tensorplay._factories import zeros  # noqa: PLC0415
-
     return zeros(t._shape, dtype=t.dtype, device=t.device)
 
 
@@ -285,44 +301,45 @@ def check_out_arg(row, out):
 
 
 class CopySlices(Node):
-    """Backward of writing into a view of ``base`` in place: the view's region of the
-    gradient goes to the in-place op's node, the rest to the base's old history."""
+    """Backward of writing into a view of ``base`` in place: the gradient of the view's
+    elements goes to the in-place op's node, the rest of base's gradient to base's old
+    history. Elements are matched through the storage cells they occupy (as ``as_strided``'s
+    backward matches them), so any geometry of base and view works; the split selects,
+    never multiplies by a 0/1 mask (an inf gradient outside the view must stay inf)."""
 
-    def __init__(self, base_edge, geometry, op_edge):
-        super().__init__((base_edge, op_edge))
-        self.geometry = geometry
-
-    def apply(self, grad_outputs):
-        g = grad_outputs[0].contiguous()
-        outside = _ones_outside(g, self.geometry)
-        return (g * outside, g.as_strided(*self.geometry))
-
-
-class ViewOfBase(Node):
-    """Backward of a view whose base was rewritten in place: the view's gradient, placed
-    into zeros shaped like the base. (First order only: the placement is a plain copy.)"""
-
-    def __init__(self, base_edge, geometry, base_meta):
-        super().__init__((base_edge,))
-        self.geometry, self.base_meta = geometry, base_meta
+    def __init__(self, base, view, op_edge):
+        super().__init__((edge_of(base), op_edge))
+        self._base = _ViewGeometry(base)
+        self._view = as_strided_params(view)
 
     def apply(self, grad_outputs):
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
-        shape, dt = self.base_meta
         g = grad_outputs[0]
-        gb = zeros(shape, dtype=dt, device=g.device)
-        gb.as_strided(*self.geometry).copy_(g.detach())
-        return (gb,)
+        base, size = self._base.unpack(), self._view["size"]
+        if g.numel() == 0 or math.prod(size) == 0:
+            return (g, zeros(size, dtype=g.dtype, device=g.device))
+        base_cells, view_cells, n = _cells(base, self._view)
+        cells = zeros(n, dtype=g.dtype, device=g.device).scatter(0, base_cells, g.reshape(-1))
+        g_view = cells.index_select(0, view_cells).reshape(size)
+        cleared = zeros(view_cells.shape, dtype=g.dtype, device=g.device)
+        g_base = cells.scatter(0, view_cells, cleared).index_select(0, base_cells)
+        return (g_base.reshape(base._shape), g_view)
 
 
-def _ones_outside(like, geometry):
-    """1 outside the view's region, 0 inside (a constant: carries no gradient)."""
-    from tensorplay._factories import ones  # noqa: PLC0415
+def rebuild_view(view) -> None:
+    """Make ``view``'s history a read of its base's current one: ``as_strided`` over the
+    base (torch's ``AsStridedBackward0``). A ``retain_grad()`` moves along; hooks stay with
+    the old node, as in torch."""
+    base = view._base
+    if view._storage is not base._storage or not base.requires_grad:
+        view._view_version = None  # (``set_`` moved it elsewhere) nothing left to read
+        return
+    old, old_nr = view.grad_fn, view._output_nr
+    # (a view row: OpNode stamps the view's version)
+    node = OpNode(OPS["as_strided"], (base,), as_strided_params(view), (view,))
+    _move_retained(view, old, old_nr, node, 0)
 
-    m = ones(like._shape, dtype=like.dtype, device=like.device)
-    m.as_strided(*geometry).zero_()
-    return m
+
+register_view_rebuild(rebuild_view)
 
 
 _LEAF_WRITE = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -343,32 +360,31 @@ def check_inplace(name: str, target) -> None:
 
 
 def _set_history(t, node, nr: int) -> None:
-    """``t``'s value is now output ``nr`` of ``node``. A ``retain_grad()`` moves along:
-    the retained gradient is that of the tensor's current value (as torch)."""
-    old = t.grad_fn
-    ref = old._retained.get(t._output_nr) if old is not None else None
-    if ref is not None and ref() is t:
-        del old._retained[t._output_nr]
-        node._own("_retained", dict)[nr] = ref
+    """``t``'s value is now output ``nr`` of ``node``."""
+    _move_retained(t, t.grad_fn, t._output_nr, node, nr)
     t.grad_fn, t._output_nr, t.requires_grad = node, nr, True
 
 
-def _rebase(name: str, target, edge) -> None:
+def _move_retained(t, old, old_nr: int, node, nr: int) -> None:
+    """A ``retain_grad()`` of ``t`` on (old, old_nr) moves to (node, nr): the retained
+    gradient is that of the tensor's current value (as torch)."""
+    ref = old._retained.get(old_nr) if old is not None else None
+    if ref is not None and ref() is t:
+        del old._retained[old_nr]
+        node._own("_retained", dict)[nr] = ref
+
+
+def _rebase(target, edge) -> None:
     """Make ``edge`` (the node of an in-place write into ``target``) target's history.
     When target is a view, its base's history goes through ``CopySlices``."""
     base = target._base
     if base is None:
         _set_history(target, *edge)
         return
-    if not base.is_contiguous():
-        raise NotImplementedError(
-            f"{name}(): in-place autograd on a view of a "
-            "non-contiguous base is not supported; clone() the base first"
-        )
-    geometry = (target._shape, strides_of(target), target._offset - base._offset)
-    copy = CopySlices(edge_of(base), geometry, edge)
-    _set_history(base, copy, 0)
-    _set_history(target, ViewOfBase((copy, 0), geometry, (base._shape, base.dtype)), 0)
+    _set_history(base, CopySlices(base, target, edge), 0)
+    # now (so that a retain_grad() moves to the new value, as in torch), and again when
+    # target is next used: the write that follows changes its version
+    rebuild_view(target)
 
 
 def record_inplace(row, targs, params, result, target):
@@ -378,11 +394,11 @@ def record_inplace(row, targs, params, result, target):
         return None
     # The op's node must see target's *old* value and history: a snapshot with target's edge.
     old = target.detach().clone()
-    old.requires_grad, old.grad_fn = target.requires_grad, target.grad_fn
+    old.requires_grad, old.grad_fn = target.requires_grad, grad_fn_of(target)
     old._output_nr = target._output_nr
     snap_targs = (old,) + tuple(targs[1:])
     record(row, snap_targs, params, result)
-    _rebase(row.name + "_", target, (result.grad_fn, 0))
+    _rebase(target, (result.grad_fn, 0))
     return target
 
 
@@ -402,8 +418,6 @@ class OverwriteBackward(Node):
         return _backward_name(self._name.rstrip("_"))
 
     def apply(self, grad_outputs):
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
         g = grad_outputs[0]
         g_old = g_src = None
         if self.next_functions[0][0] is not None:
@@ -424,4 +438,4 @@ def record_write(name: str, target, src=None) -> None:
     check_inplace(name, target)
     if not differentiable_dtype(target.dtype):
         return  # an integer or bool result carries no gradient (src's is dropped, as torch)
-    _rebase(name, target, (OverwriteBackward(name, target, src), 0))
+    _rebase(target, (OverwriteBackward(name, target, src), 0))

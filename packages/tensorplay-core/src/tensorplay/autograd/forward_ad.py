@@ -15,7 +15,10 @@ import threading
 from collections import namedtuple
 
 from tensorplay import _dispatch
+from tensorplay._factories import zeros, zeros_like
+from tensorplay._optable import _cells
 from tensorplay._tensor import Tensor
+from tensorplay._views import as_strided_params
 
 __all__ = [
     "dual_level",
@@ -138,4 +141,33 @@ def propagate(row, targs, params, result, target=None) -> None:
                 t = t.expand(*o.shape)
             o._fw_tangent = t.to(o.dtype)
     if target is not None and "_fw_tangent" in outs[0].__dict__:
-        target._fw_tangent = outs[0]._fw_tangent
+        _set_tangent(target, outs[0]._fw_tangent)
+
+
+def overwrite(target: Tensor, src=None) -> None:
+    """``target``'s tangent after ``copy_(src)``, ``fill_(src)``, ``zero_()`` or a random
+    fill: src's tangent (broadcast, cast to target's dtype and device), or zero when src
+    has none (the new values do not depend on the old ones)."""
+    t = tangent_of(src)
+    if t is None:
+        t = zeros_like(target)
+    else:
+        t = t.to(device=target.device, dtype=target.dtype).expand(*target.shape)
+    _set_tangent(target, t)
+
+
+def _set_tangent(target: Tensor, t: Tensor) -> None:
+    """Give ``target`` tangent ``t`` after an in-place write; when target is a view, the
+    written region of its base's tangent changes too (as torch's tangents, views of the
+    base's, do). Regions are matched through storage cells, as in ``as_strided``'s jvp."""
+    target._fw_tangent = t
+    base = target._base
+    if base is None or target.numel() == 0:
+        return
+    old = base.__dict__.get("_fw_tangent")
+    if old is None:
+        old = zeros_like(base)
+    base_cells, view_cells, n = _cells(base, as_strided_params(target))
+    cells = zeros(n, dtype=old.dtype, device=old.device)
+    cells = cells.scatter(0, base_cells, old.reshape(-1)).scatter(0, view_cells, t.reshape(-1))
+    base._fw_tangent = cells.index_select(0, base_cells).reshape(base.shape)

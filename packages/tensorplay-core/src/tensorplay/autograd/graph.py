@@ -20,6 +20,8 @@ __all__ = [
     "saved_tensors_hooks",
     "RemovableHandle",
     "edge_of",
+    "grad_fn_of",
+    "register_view_rebuild",
 ]
 
 
@@ -125,9 +127,36 @@ def accumulator(leaf) -> AccumulateGrad:
     return node
 
 
+def _no_rebuild(t) -> None:
+    raise RuntimeError("tensorplay.autograd._record has not registered its view rebuild")
+
+
+_rebuild_view = _no_rebuild
+
+
+def register_view_rebuild(fn) -> None:
+    """Install ``fn(view)``, which gives ``view`` a history reading its base's current one.
+    (It builds an op-table node, so it lives with the recording code in ``_record``, which
+    imports this module.)"""
+    global _rebuild_view
+    _rebuild_view = fn
+
+
+def grad_fn_of(t):
+    """``t.grad_fn``, rebuilt first when ``t`` is a view whose memory was written in place
+    since its history was recorded: the write (into its base or another view of it) is not
+    in that history. Views recorded by a view op carry the version they saw (``_view_version``,
+    None on other tensors), so the common case is one comparison. torch regenerates a view's
+    ``grad_fn`` the same way (as ``AsStridedBackward0`` of its base)."""
+    seen = t._view_version
+    if seen is not None and seen != t._storage._version:
+        _rebuild_view(t)
+    return t.grad_fn
+
+
 def edge_of(t) -> tuple:
     """The ``(node, output_nr)`` a gradient for tensor ``t`` flows into (``(None, 0)``: none)."""
-    if t.grad_fn is not None:
+    if grad_fn_of(t) is not None:
         return (t.grad_fn, t._output_nr)
     if t.requires_grad:
         return (accumulator(t), 0)

@@ -6,7 +6,7 @@ import weakref
 
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import engine
-from tensorplay.autograd.graph import RemovableHandle
+from tensorplay.autograd.graph import RemovableHandle, grad_fn_of
 
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
@@ -18,10 +18,11 @@ def register_hook(self, hook) -> RemovableHandle:
     """``hook(grad) -> grad | None`` runs when this tensor's gradient is computed."""
     if not self.requires_grad:
         raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
-    if self.grad_fn is None:
+    fn = grad_fn_of(self)
+    if fn is None:
         hooks = self.__dict__.setdefault("_hooks", [])
     else:
-        hooks = self.grad_fn._own("_tensor_hooks", dict).setdefault(self._output_nr, [])
+        hooks = fn._own("_tensor_hooks", dict).setdefault(self._output_nr, [])
     hooks.append(hook)
     return RemovableHandle(hooks, hook)
 
@@ -30,12 +31,13 @@ def retain_grad(self) -> None:
     """Keep ``.grad`` for this non-leaf tensor after backward (a no-op on leaves)."""
     if not self.requires_grad:
         raise RuntimeError("can't retain_grad on Tensor that has requires_grad=False")
-    if self.grad_fn is not None:
-        self.grad_fn._own("_retained", dict)[self._output_nr] = weakref.ref(self)
+    fn = grad_fn_of(self)
+    if fn is not None:
+        fn._own("_retained", dict)[self._output_nr] = weakref.ref(self)
 
 
 def retains_grad(self) -> bool:
-    fn = self.grad_fn
+    fn = grad_fn_of(self)
     return fn is not None and self._output_nr in fn._retained
 
 
@@ -57,6 +59,7 @@ def requires_grad_(self, requires_grad: bool = True):
 
 def install() -> None:
     Tensor._output_nr = 0
+    Tensor._view_version = None  # see graph.grad_fn_of
     Tensor.backward = backward
     Tensor.register_hook = register_hook
     Tensor.retain_grad = retain_grad
