@@ -218,7 +218,13 @@ def _clamp(row, dt, rng):
     yield _s("min_only", make((3, 4), dt, rng, "transposed"), min=lo)
     yield _s("max_only", make((2, 0), dt, rng), max=hi)
     yield _s("0d", make((), dt, rng), lo, hi)
-    yield _s("tensor_bounds", make((3, 4), dt, rng), make((1, 4), dt, rng), make((3, 1), dt, rng))
+    if dt is tp.bool:  # torch has bool kernels for one tensor bound, not for both
+        yield _s("tensor_min", make((3, 4), dt, rng), make((1, 4), dt, rng))
+        yield _s("tensor_max", make((3, 4), dt, rng), max=make((3, 1), dt, rng))
+    else:
+        yield _s(
+            "tensor_bounds", make((3, 4), dt, rng), make((1, 4), dt, rng), make((3, 1), dt, rng)
+        )
 
 
 def _where(row, dt, rng):
@@ -456,6 +462,13 @@ def _with_zeros(gen, dims):
     return wrapped
 
 
+def _whole_reduction(row, dt, rng):
+    """_max_all/_min_all (tp.max(x) with no dim): every element, ties and zeros included."""
+    for name, shape, layout in _RED_SHAPES:
+        yield Sample((make(shape, dt, rng, layout),), {}, name)
+    yield Sample((tp.tensor([[1, 3, 3], [0, 3, 1]], dtype=dt),), {}, "ties")
+
+
 def _dim_reduction(row, dt, rng):
     """argmax/argmin/max_dim/min_dim: an int dim (argmax also None)."""
     dims = (None, 0, -1, 1) if row.name.startswith("arg") else (0, -1, 1)
@@ -610,6 +623,8 @@ _NAMED = {
     "prod": _with_zeros(_reduction(extra=({}, {"dtype": tp.float64})), (None, 0, 1, (0, 1))),
     "mean": _reduction(),
     "amax": _reduction(empty_dims=(1,)),
+    "_max_all": _whole_reduction,
+    "_min_all": _whole_reduction,
     "amin": _reduction(empty_dims=(1,)),
     "var": _reduction(extra=({}, {"unbiased": False}, {"correction": 0}, {"correction": 2})),
     "std": _reduction(extra=({}, {"unbiased": False}, {"correction": 2})),
@@ -1059,6 +1074,8 @@ REF = {
     "mean": _red(np.mean),
     "prod": _red(np.prod),
     "amax": _red(np.max),
+    "_max_all": _red(np.max),
+    "_min_all": _red(np.min),
     "amin": _red(np.min),
     "argmax": _arg(np.argmax),
     "argmin": _arg(np.argmin),

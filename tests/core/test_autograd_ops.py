@@ -25,7 +25,7 @@ ROW_IDS = [r.name for r in ROWS]
 # samples that sit exactly where the op is not differentiable
 _AT_A_KINK = {("round", "halves"): "exactly at round's jumps (x.5)"}
 # rows whose gradient picks among equal elements: not differentiable where values repeat
-_TIES = {"amax", "amin", "max_dim", "min_dim"}
+_TIES = {"amax", "amin", "_max_all", "_min_all", "max_dim", "min_dim"}
 # derivatives refused on purpose (with NotImplementedError naming the op)
 _REFUSED = {("scatter", "multiply"): "scatter(reduce='multiply') has no derivative (as in torch)"}
 

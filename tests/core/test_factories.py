@@ -306,6 +306,6 @@ def test_arange_dtypes_and_edges_match_torch():
 
 
 def test_linspace_into_a_narrow_int_dtype_raises_like_torch():
-    with pytest.raises(RuntimeError, match="value 300.0 cannot be converted to type int8"):
+    with pytest.raises(RuntimeError, match=r"value 300(\.0)? cannot be converted to type int8"):
         tp.linspace(0, 300, 3, dtype=tp.int8)
     assert tp.linspace(0, 10, 4, dtype=tp.int64).tolist() == [0, 3, 6, 10]

@@ -269,7 +269,8 @@ def test_inplace_matches_out_of_place(row, dt):
             continue
         target = x.clone()
         args = (target,) + s.args[1:]
-        if tuple(want.shape) != tuple(x.shape) or not tp.can_cast(want.dtype, x.dtype):
+        refused = isinstance(row.inplace, str) and "bifc"[x.dtype.category] not in row.inplace
+        if tuple(want.shape) != tuple(x.shape) or not tp.can_cast(want.dtype, x.dtype) or refused:
             with pytest.raises(RuntimeError):
                 row.inplace_fn(*args, **s.kwargs)
             assert target._version == 0

@@ -4,6 +4,8 @@ few methods that are compositions of ops rather than ops (``to``, ``copy_``, ``m
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tensorplay import _device, _dispatch, _dtype as D, _indexing, overrides
@@ -120,18 +122,12 @@ def _attach():
 
 
 def _extreme(name):
-    full, dim_row, pair = OPS["a" + name], OPS[name + "_dim"], OPS[name + "imum"]
+    full, dim_row, pair = OPS[f"_{name}_all"], OPS[name + "_dim"], OPS[name + "imum"]
 
     def extreme(input, dim=None, keepdim=False):
         if isinstance(dim, Tensor):
             return pair.fn(input, dim)
         if dim is None:
-            if isinstance(input, Tensor) and input.numel() == 0:
-                raise RuntimeError(
-                    f"{name}(): Expected reduction dim to be specified for "
-                    "input.numel() == 0. Specify the reduction dim with the 'dim' "
-                    "argument."
-                )
             return full.fn(input)
         return MinMax(*dim_row.fn(input, dim, keepdim))
 
@@ -314,7 +310,7 @@ def _fill(self, value, name: str):
             _dispatch.autograd_hooks.record_write(name, self)
         if _dispatch.autograd_hooks.needs_forward((self,)):
             _dispatch.autograd_hooks.forward_overwrite(self)
-    D.check_fits(name, value, self.dtype)
+    D.check_fits(name, value, self.dtype, rounded=math.prod(self._shape) == 1)
     if self._data is not None:
         self._data[...] = D.scalar_array(value, self.dtype)
     self._bump_version()

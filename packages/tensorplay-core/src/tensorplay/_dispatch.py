@@ -125,7 +125,9 @@ class OpDef:
     # kernels read such an operand at full precision (``half * 1e5`` is inf, not inf * 0 = nan).
     scalar_opmath: tuple = ()
     method: bool = True
-    inplace: bool = False
+    # ``Tensor.<name>_`` exists: True, or the dtype categories (``allow`` letters) it takes
+    # where that is fewer (abs_ would write a real result into a complex tensor: torch refuses)
+    inplace: bool | str = False
     out: bool = False
     dunders: tuple = ()
     multi: bool = False  # returns a tuple of tensors
@@ -592,6 +594,11 @@ def check_writable(name: str, t: Tensor):
 
 def _check_inplace(row, t: Tensor, shape, odt):
     check_writable(row.name + "_", t)
+    if isinstance(row.inplace, str) and _CATS[t.dtype.category] not in row.inplace:
+        raise RuntimeError(
+            f"{row.name}_(): in-place {row.name} is not supported for {t.dtype.name} tensors; "
+            f"use the out-of-place tp.{row.name}(x)"
+        )
     if shape != t._shape:
         raise RuntimeError(
             f"{row.name}_(): output with shape {list(t._shape)} doesn't match the "

@@ -260,7 +260,7 @@ _FLOAT_MAX = {
 }
 
 
-def fits(value, dt: dtype) -> builtins_bool:
+def fits(value, dt: dtype, *, rounded: builtins_bool = False) -> builtins_bool:
     """Does the Python number ``value`` convert to ``dt`` without overflow, by PyTorch's rule?
 
     That rule (c10's ``checked_convert``, behind ``fill_``, ``masked_fill``, ``clamp`` and
@@ -269,6 +269,11 @@ def fits(value, dt: dtype) -> builtins_bool:
     unsigned targets also take negative integers down to -max, which wrap); floating targets
     take NaN, infinities and anything up to the dtype's largest finite value; a complex value
     fits a real dtype only with a zero imaginary part, and a complex dtype part by part.
+
+    ``rounded``: torch's one-element paths (``full``/``fill_`` of one element, a number
+    written by indexing) convert to float16/bfloat16 without that check, rounding through
+    float32; a value that rounds to the largest finite one fits (65519 -> 65504), one that
+    rounds to inf does not (there torch gives inf silently: TensorPlay refuses it).
     """
     if dt is bool or type(value) is builtins_bool:
         return True
@@ -276,10 +281,14 @@ def fits(value, dt: dtype) -> builtins_bool:
         value = value.item()
     if type(value) is complex:
         if not dt.is_complex:
-            return value.imag == 0 and fits(value.real, dt)
+            return value.imag == 0 and fits(value.real, dt, rounded=rounded)
         return fits(value.real, dt.to_real()) and fits(value.imag, dt.to_real())
     if dt.is_complex:
         dt = dt.to_real()
+    if rounded and dt in (float16, bfloat16):
+        with np.errstate(over="ignore", invalid="ignore"):
+            held = np.array(value, np.float64).astype(np.float32).astype(dt.np)
+        return not np.isinf(held) or value in (_INF, -_INF)
     if dt.is_floating_point:
         return not abs(value) > _FLOAT_MAX[dt] or value in (_INF, -_INF)  # NaN fits too
     lo, hi = _INT_RANGE[dt]
@@ -298,17 +307,26 @@ def check_int64(op: str, value) -> None:
         )
 
 
-def check_fits(op: str, value, dt: dtype, *, factory: builtins_bool = False) -> None:
-    """``RuntimeError`` naming ``op`` where ``value`` does not fit ``dt`` (see ``fits``);
-    ``OverflowError`` for a Python int beyond int64. ``factory``: the fix is a ``dtype=``
-    argument (``full``), not converting a tensor."""
+def check_fits(
+    op: str,
+    value,
+    dt: dtype,
+    *,
+    factory: builtins_bool = False,
+    rounded: builtins_bool = False,
+) -> None:
+    """``RuntimeError`` naming ``op`` where ``value`` does not fit ``dt`` (see ``fits``, which
+    ``rounded`` goes to); ``OverflowError`` for a Python int beyond int64. ``factory``: the
+    fix is a ``dtype=`` argument (``full``), not converting a tensor."""
     check_int64(op, value)
-    if fits(value, dt):
+    if fits(value, dt, rounded=rounded):
         return
     if type(value) is complex and value.imag != 0 and not dt.is_complex:
         held = "no imaginary part"
     elif dt.is_floating_point or dt.is_complex:
-        held = f"finite values up to {_FLOAT_MAX[dt.to_real()]:.6g} in magnitude"
+        held = f"finite values up to {_FLOAT_MAX[dt.to_real()]:.6g} in magnitude" + (
+            " (and values that round to it)" if rounded and dt.itemsize <= 2 else ""
+        )
     elif dt.is_signed:
         held = f"{_INT_RANGE[dt][0]}..{_INT_RANGE[dt][1]}"
     else:

@@ -308,7 +308,7 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
     if isinstance(fill_value, Tensor):
         fill_value = fill_value.item()
     dt = _dtype_arg(dtype, "full") or D.scalar_dtype(fill_value)
-    D.check_fits("full", fill_value, dt, factory=True)
+    D.check_fits("full", fill_value, dt, factory=True, rounded=math.prod(shape) == 1)
     t = empty_tensor(shape, dt, canonical(device))
     if t._data is not None:
         t._data.fill(D.scalar_array(fill_value, dt))
@@ -382,9 +382,19 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
             "arange); build it as an integer or float range and convert with .to()"
         )
     if dtype.category == 1 and int(vals[2]) == 0:
-        # torch steps integer ranges by int(step)
+        # torch steps integer ranges by int(step); for dtypes other than int64 it would
+        # repeat start (arange(1, 2, 0.3, dtype=int32) is [1, 1, 1, 1]): refused here
         raise RuntimeError(f"arange(): step {vals[2]} is 0 once converted to {dtype}")
-    n = max(math.ceil((vals[1] - vals[0]) / vals[2]), 0)
+    if dtype is D.int64:
+        # torch sizes an int64 range from the bounds truncated to int64, exactly:
+        # arange(-2, 1.25, dtype=int64) is [-2, -1, 0] (end 1), not 4 elements
+        lo, hi, st = (int(v) for v in vals)
+        span = hi - lo + st - (1 if st > 0 else -1)
+        n = abs(span) // abs(st) if (span < 0) == (st < 0) else 0  # C's division
+    else:
+        # every other dtype: ceil((end - start) / step) in double, from the bounds as given
+        # (arange(-2, 1.25, dtype=int32) has 4 elements, -2 .. 1)
+        n = max(math.ceil((float(vals[1]) - float(vals[0])) / float(vals[2])), 0)
     if n >= 2**63:
         raise RuntimeError(
             f"arange(): invalid size, possible overflow? ({n} elements from start={vals[0]}, "
@@ -407,12 +417,86 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
 
 
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    """``steps`` values from ``start`` to ``end``, computed as torch's kernel computes them.
+
+    That kernel converts start and end to ``dtype`` first (checked: ``int8`` refuses 300;
+    an integer dtype truncates 2.5 to 2), then steps from both ends: the first half is
+    ``start + step * i``, the rest ``end - step * (steps - 1 - i)``, in the dtype itself
+    for floating and complex dtypes and in double for integer ones (then truncated), so
+    ``linspace(1, 2.5, 6, dtype=int64)`` is ``[1, 1, 1, 1, 1, 2]``.
+    """
+    start, end = (v.item() if isinstance(v, Tensor) else v for v in (start, end))
     if steps < 0:
         raise RuntimeError(f"linspace(): number of steps must be non-negative, got {steps}")
-    arr = np.linspace(float(start), float(end), int(steps))
-    dt = dtype or D.get_default_dtype()
-    _check_fits(arr, dt, "linspace")
-    return _finish(_from_values(arr, dt, device, "linspace"), requires_grad)
+    complex_bounds = isinstance(start, complex) or isinstance(end, complex)
+    default = D.get_default_dtype()
+    dt = _dtype_arg(dtype, "linspace") or (default.to_complex() if complex_bounds else default)
+    if complex_bounds and not dt.is_complex:
+        raise RuntimeError(
+            f"linspace(): complex start/end cannot fill a {dt} tensor; pass a complex dtype"
+        )
+    if steps <= 1:  # torch fills start in (and reads neither bound when steps is 0)
+        fill = start if steps else 0
+        return full((steps,), fill, dtype=dt, device=device, requires_grad=requires_grad)
+    if dt is D.bool:
+        raise NotImplementedError(
+            "linspace(): not implemented for bool (torch has no kernel); compare a float "
+            "range instead, e.g. tp.linspace(0, 1, n) >= 0.5"
+        )
+    for v in (start, end):
+        D.check_fits("linspace", v, dt, factory=True)
+    lo, hi = (D.scalar_array(v, dt) for v in (start, end))
+    if dt.is_complex:  # torch: the real and imaginary parts as two real ranges
+        arr = _linspace(lo.real, hi.real, steps) + 1j * _linspace(lo.imag, hi.imag, steps)
+    else:
+        arr = _linspace(lo, hi, steps)
+    return _finish(_from_values(arr.astype(dt.np), dt, device, "linspace"), requires_grad)
+
+
+def _linspace(lo: np.ndarray, hi: np.ndarray, steps: int) -> np.ndarray:
+    """torch's linspace kernel for real 0-d bounds: integers step in double (truncated
+    later), floats in their own dtype; the first half counts up from lo, the rest down
+    from hi."""
+    work = np.dtype(np.float64) if lo.dtype.kind in "iu" else lo.dtype
+    lo, hi = lo.astype(work), hi.astype(work)
+    i = np.arange(steps)
+    first = i < steps // 2
+    k = np.where(first, i, i - (steps - 1)).astype(work)  # hi - step * (steps - 1 - i)
+    base = np.where(first, lo, hi)
+    with np.errstate(all="ignore"):  # inf bounds give nan, as in torch
+        step = (hi - lo) / work.type(steps - 1)
+        if work.itemsize >= 4:
+            # torch's compiled kernel fuses base + step * k into one fma (one rounding)
+            return _fma(step, k, base, work)
+        return base + step * k  # float16/bfloat16 round after each operation
+
+
+def _fma(a, b, c, dt: np.dtype) -> np.ndarray:
+    """``a * b + c`` rounded once to ``dt``, from error-free transformations (float32: the
+    product is exact in float64, the sum rounded to odd there so that rounding it to float32
+    is the one correct rounding; float64: Dekker's product, exact but for ties)."""
+    if dt == np.float32:
+        p, c = a.astype(np.float64) * b, c.astype(np.float64)
+        s, t = _two_sum(p, c)
+        even = (s.view(np.int64) & 1) == 0
+        toward = np.nextafter(s, np.copysign(np.inf, t))
+        s = np.where((t != 0) & even & np.isfinite(s), toward, s)
+        return s.astype(np.float32)
+    p = a * b
+    split = 134217729.0  # 2**27 + 1: Veltkamp's split of a double into two 26-bit halves
+    ah = a * split - (a * split - a)
+    bh = b * split - (b * split - b)
+    err = ((ah * bh - p) + ah * (b - bh) + (a - ah) * bh) + (a - ah) * (b - bh)
+    s, t = _two_sum(p, c)
+    fused = s + (t + err)
+    return np.where(np.isfinite(fused) & np.isfinite(p), fused, p + c)
+
+
+def _two_sum(x, y):
+    """``(s, t)`` with ``s = x + y`` rounded and ``s + t == x + y`` exactly (Knuth)."""
+    s = x + y
+    bp = s - x
+    return s, (x - (s - bp)) + (y - bp)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False) -> Tensor:
@@ -509,6 +593,15 @@ def randn(*size, generator=None, dtype=None, device=None, requires_grad=False) -
     return _finish(t, requires_grad)
 
 
+def _randint_bound(v, name: str) -> int:
+    """A bound of ``randint`` as an int: torch takes ints (and integer 0-d tensors) only."""
+    if isinstance(v, Tensor) and v.dim() == 0 and v.dtype.category == 1:
+        return v.item()
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"randint(): argument '{name}' must be int, not {type(v).__name__}")
+    return int(v)
+
+
 def randint(
     low, high=None, size=None, *, generator=None, dtype=None, device=None, requires_grad=False
 ) -> Tensor:
@@ -519,6 +612,7 @@ def randint(
         low, high, size = 0, low, high
     elif high is None:
         low, high = 0, low
+    low, high = _randint_bound(low, "low"), _randint_bound(high, "high")
     if low >= high:
         raise RuntimeError(
             f"randint(): random_ expects 'from' to be less than 'to', but got "
@@ -530,7 +624,20 @@ def randint(
     dt = dtype or D.int64
     if dt.is_complex:
         raise RuntimeError(f"randint(): dtype {dt} is not supported; use an integer or float dtype")
-    _check_fits(np.array([low, high - 1]), dt, "randint")
+    # torch's check_random_bounds: low and high - 1 must lie in the dtype (bool: 0..1), a
+    # float dtype's range included (values beyond its exact integers are only rounded)
+    if dt is D.bool:
+        lo, hi = 0, 1
+    elif dt.is_floating_point:
+        lo, hi = -D._FLOAT_MAX[dt], D._FLOAT_MAX[dt]
+    else:
+        lo, hi = np.iinfo(dt.np).min, np.iinfo(dt.np).max
+    for name, v in (("low", low), ("high - 1", high - 1)):
+        if not lo <= v <= hi:
+            raise RuntimeError(
+                f"randint(): {name}={v} is out of bounds for {dt}, it would overflow (it "
+                f"holds {lo:.6g}..{hi:.6g}); pass a dtype that holds the range"
+            )
 
     def sample(r, s):
         if hasattr(r, "integers"):

@@ -99,6 +99,9 @@ def plan(shape: tuple, stride: tuple, offset: int, index, device):
     out_shape: list = []
     out_stride: list = []
     advanced: dict = {}
+    # torch checks index tensors as it reads through them: an empty result checks nothing
+    # (x[:0, [5]] is empty even where dimension 1 has 2 elements)
+    first_bad = None
     d = 0
     seen_ellipsis = False
     for item in index:
@@ -152,24 +155,37 @@ def plan(shape: tuple, stride: tuple, offset: int, index, device):
                     d += 1
             else:
                 n = shape[d]
-                if arr.size:
+                if arr.size and first_bad is None:
                     bad = (arr >= n) | (arr < -n)
                     if bool(bad.any()):
                         i = int(arr[bad].reshape(-1)[0])
-                        raise IndexError(
-                            f"index {i} is out of bounds for dimension {d} with size {n}"
-                        )
+                        first_bad = f"index {i} is out of bounds for dimension {d} with size {n}"
+                        if n:  # read nowhere if the result is empty; numpy checks anyway
+                            arr = arr.clip(-n, n - 1)
                 advanced[len(out_shape)] = arr
                 out_shape.append(n)
                 out_stride.append(stride[d])
                 d += 1
     out_shape.extend(shape[d:])
     out_stride.extend(stride[d:])
+    if first_bad is not None and _reads_something(out_shape, advanced):
+        raise IndexError(first_bad)
     arrays = ()
     if advanced:
         last = max(advanced)
         arrays = tuple(advanced.get(k, slice(None)) for k in range(last + 1))
     return (tuple(out_shape), tuple(out_stride), offset), arrays
+
+
+def _reads_something(out_shape, advanced) -> bool:
+    """Is the result of advanced indexing non-empty (its dims, the index arrays' broadcast
+    shape in place of the dims they index)?"""
+    kept = [n for k, n in enumerate(out_shape) if k not in advanced]
+    try:
+        picked = np.broadcast_shapes(*(a.shape for a in advanced.values()))
+    except ValueError:
+        return True  # mismatched index shapes: the bounds error comes first
+    return 0 not in kept and 0 not in picked
 
 
 def _differentiated(t: Tensor) -> bool:
@@ -224,6 +240,12 @@ def setitem(t: Tensor, index, value) -> None:
     from tensorplay._dispatch import check_writable  # noqa: PLC0415
 
     check_writable("__setitem__", t)
+    if not isinstance(value, Tensor):
+        # torch makes a number a 0-d tensor of t's dtype first (its one-element path), then
+        # writes that: negative ints wrap into uint8 (-2 -> 254) whatever the index, and
+        # float16 takes 65519 (-> 65504) even where fill_ of many elements refuses it
+        D.check_fits("__setitem__", value, t.dtype, rounded=True)
+        value = D.scalar_array(value, t.dtype).item()
     geometry, arrays = plan(t._shape, strides_of(t), t._offset, index, t.device)
     tracked = _differentiated(t) or (isinstance(value, Tensor) and _differentiated(value))
     if tracked and _grad_on():

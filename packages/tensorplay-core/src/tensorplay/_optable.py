@@ -19,7 +19,7 @@ from collections import namedtuple
 import numpy as np
 
 import tensorplay as tp
-from tensorplay import _meta as M, _views as V
+from tensorplay import _dtype as D, _meta as M, _views as V
 from tensorplay._dispatch import OPS, OpDef, call, register
 from tensorplay._tensor import Tensor, strides_of
 
@@ -265,6 +265,18 @@ def _prod_partial(x, out, axes, **_):
     if x.dim() == 0 or x.numel() == 0:
         return tp.ones_like(x)
     return _prod_of_others(x, axes) if bool((x == 0).any()) else out / x
+
+
+_PROD_RULE = _reduction(_prod_partial)
+
+
+def _prod_vjp(ctx, grad):
+    # torch's prod_backward: a product of every element with two zeros or more has a zero
+    # gradient outright (first order only: an inf or nan gradient gives 0, not nan)
+    x = ctx.inputs[0]
+    if ctx.params["dim"] is None and not tp.is_grad_enabled() and int((x == 0).sum()) > 1:
+        return (tp.zeros_like(x),)
+    return _PROD_RULE["vjp"](ctx, grad)
 
 
 def _ties_vjp(ctx, grad):
@@ -522,12 +534,18 @@ def _no_int_zero_division(xp, b, op_name):
 # ---- arithmetic --------------------------------------------------------------------------
 
 
+def _times_alpha(b, alpha):
+    # torch converts alpha to the computation's dtype first: uint8 takes alpha=-1 as 255
+    # (wrapping, as the result does), bool takes any nonzero alpha as True
+    return b * D.scalar_array(alpha, D.from_numpy_dtype(b.dtype))[()]
+
+
 def _add(xp, a, b, alpha=1):
-    return xp.add(a, b) if alpha == 1 else a + b * alpha
+    return xp.add(a, b) if alpha == 1 else a + _times_alpha(b, alpha)
 
 
 def _sub(xp, a, b, alpha=1):
-    return xp.subtract(a, b) if alpha == 1 else a - b * alpha
+    return xp.subtract(a, b) if alpha == 1 else a - _times_alpha(b, alpha)
 
 
 def _div(xp, a, b, rounding_mode=None):
@@ -585,7 +603,8 @@ def _pow(xp, a, b):
 
 def _alpha_dtype(d, params):
     """add/sub: ``alpha`` must suit the result dtype, as torch checks it (a float alpha would
-    otherwise be truncated into an integer result)."""
+    otherwise be truncated into an integer result), and fit it by torch's checked conversion
+    (float16 refuses alpha=65519; uint8 takes -255..255, wrapped)."""
     alpha = params.get("alpha", 1)
     if isinstance(alpha, bool) and d is not _bool():
         raise RuntimeError(f"alpha={alpha} (a bool) is only supported for bool results, not {d}")
@@ -596,6 +615,7 @@ def _alpha_dtype(d, params):
         )
     if not d.is_complex and isinstance(alpha, complex):
         raise RuntimeError(f"alpha={alpha!r} must not be complex for {d} inputs")
+    D.check_fits("alpha", alpha, d)
     return M.same(d, params)
 
 
@@ -804,12 +824,23 @@ unary(
     dtype=M.to_real,
     allow="ifc",
     dunders=("__abs__",),
+    inplace="if",  # abs_ of a complex tensor cannot hold its real result
     # NOTE: sgn(0) = 0: the gradient of |x| at 0 is 0, as in torch
     **_real_jvp(_pointwise(lambda x: _conj(_sgn(x)))),
 )
+
+
+def _sign(xp, a):
+    if a.dtype.kind == "b":
+        return a
+    # NOTE: sign(nan) = 0 as in torch (numpy gives nan); the gradients of abs and of
+    # norm(p=1/inf) go through it, so a NaN input gets a 0 gradient there, as in torch
+    return xp.nan_to_num(xp.sign(a), nan=0)
+
+
 unary(
     "sign",
-    lambda xp, a: xp.sign(a) if a.dtype.kind != "b" else a,
+    _sign,
     allow="bif",
     **_ZERO,
 )
@@ -987,13 +1018,18 @@ def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
     if min is None and max is None:
         raise RuntimeError("clamp(): At least one of 'min' or 'max' must not be None")
     bounds = [b for b in (min, max) if b is not None]
-    if (
-        input.dtype is _bool()
-        and any(isinstance(b, bool) for b in bounds)
-        and all(isinstance(b, bool) or b.dtype is _bool() for b in bounds)
+    if input.dtype is _bool() and all(
+        isinstance(b, bool) or (isinstance(b, Tensor) and b.dtype is _bool()) for b in bounds
     ):
-        # torch clamps bool tensors by bool tensors only; it has no kernel for a number bound
-        raise RuntimeError("clamp(): a bool tensor takes bool bounds as tensors, not numbers")
+        # a bool result: torch has bool kernels for one tensor bound (clamp_min/clamp_max)
+        # only, none for a number bound or for both bounds at once
+        if any(isinstance(b, bool) for b in bounds):
+            raise RuntimeError("clamp(): a bool tensor takes bool bounds as tensors, not numbers")
+        if len(bounds) == 2:
+            raise NotImplementedError(
+                "clamp(): a bool tensor takes one bound at a time (torch has no bool kernel "
+                "for both); write x.clamp(min=lo).clamp(max=hi)"
+            )
     return M.pointwise_shape("clamp", input, min, max)
 
 
@@ -1382,7 +1418,8 @@ reduction(
     dtype=M.sum_like,
     shape=_reduce_shape("prod", check=_prod_check),
     out=True,
-    **_reduction(_prod_partial),
+    vjp=_prod_vjp,
+    jvp=_PROD_RULE["jvp"],
 )
 for _name, _kernel in (("amax", _amax), ("amin", _amin)):
     reduction(
@@ -1392,6 +1429,38 @@ for _name, _kernel in (("amax", _amax), ("amin", _amin)):
         shape=_reduce_shape(_name, check=_extreme_check(_name)),
         out=True,
         vjp=_ties_vjp,
+        jvp=_ties_jvp,
+    )
+
+
+def _evenly_vjp(ctx, grad):
+    # max()/min() of every element (torch's evenly_distribute_backward, not amax's rule):
+    # the elements equal to the result share the gradient, the NaNs when it is NaN; the
+    # others are left at 0 (selected, so an inf gradient gives 0 there, not nan)
+    x, out = ctx.inputs[0], ctx.out
+    hit = x.isnan() if bool(out.isnan()) else x == out
+    return (tp.where(hit, grad / hit.sum(), 0),)
+
+
+def _whole_shape(name):
+    def shape(input):
+        _no_identity(name, input._shape, None)
+        return ()
+
+    return shape
+
+
+for _name, _np_name in (("max", "amax"), ("min", "amin")):
+    # tp.max(x) / tp.min(x) with no dim: amax's value, another gradient
+    op(
+        f"_{_name}_all",
+        "input",
+        kind="other",  # no dim or keepdim: not one of the dim reductions
+        kernel=lambda xp, a, _f=_np_name: getattr(xp, _f)(a),
+        shape=_whole_shape(_name),
+        allow="bif",
+        method=False,
+        vjp=_evenly_vjp,
         jvp=_ties_jvp,
     )
 reduction("argmax", _arg("argmax"), dtype=M.to_int64, allow="if", shape=_arg_shape("argmax"))
@@ -1558,8 +1627,27 @@ def _cumprod_vjp(ctx, grad):
         return (grad,)
     if not bool((x == 0).any()):  # sum over k >= i of grad[k] * out[k] / x[i]
         return (_reverse_cumsum(grad * _conj(out), d) / _conj(x),)
-    jac = _conj(_cumprod_jacobian(x, d))
+    if not tp.is_grad_enabled():
+        return (_cumprod_zeros_vjp(grad, x, out, d),)
+    jac = _conj(_cumprod_jacobian(x, d))  # differentiable again (create_graph=True)
     return ((grad.movedim(d, -1).unsqueeze(-2) * jac).sum(-1).movedim(-1, d),)
+
+
+def _cumprod_zeros_vjp(grad, x, out, d):
+    """torch's first-order cumprod_backward for a slice holding zeros, term by term (so an
+    inf or nan gradient spreads as it does there): before the first zero z1 the usual
+    reversed cumsum over x; at z1, sum over k in [z1, z2) of grad[k] * prod(x(z1, k]) times
+    out[z1 - 1]; 0 from there on."""
+    xc, outc = _conj(x), _conj(out)
+    seen = (x == 0).to(tp.int64).cumsum(d)  # zeros up to and including each position
+    before, first_run = seen == 0, seen == 1
+    first_zero = first_run & (x == 0)
+    between = first_run & ~first_zero
+    ahead = _reverse_cumsum((outc * grad).masked_fill(~before, 0), d)
+    g = tp.where(before, ahead / xc.masked_fill(~before, 1), 0)
+    run = xc.masked_fill(~between, 1).cumprod(d) * grad.masked_fill(~first_run, 0)
+    prev = tp.cat([tp.ones_like(outc.narrow(d, 0, 1)), outc.narrow(d, 0, x.shape[d] - 1)], d)
+    return tp.where(first_zero, run.sum(d, keepdim=True) * prev, g)
 
 
 def _cumprod_jvp(ctx, t):
@@ -1922,8 +2010,10 @@ def _cat_shape(tensors, dim=0):
 
 
 def _cat(xp, arrays, dim=0):
-    arrays = [a for a in arrays if a.shape != (0,)] or arrays[:1]
-    return xp.concatenate(arrays, axis=M.wrap_dim(dim, arrays[0].ndim, "cat"))
+    kept = [a for a in arrays if a.shape != (0,)]
+    if not kept:  # only legacy 1-D empty tensors: torch returns one, whatever dim says
+        return xp.concatenate(arrays)
+    return xp.concatenate(kept, axis=M.wrap_dim(dim, kept[0].ndim, "cat"))
 
 
 def _stack_shape(tensors, dim=0):
@@ -1947,9 +2037,12 @@ def _stack(xp, arrays, dim=0):
 def _cat_vjp(ctx, grad):
     # each input's slice of the gradient; legacy 1-D empty inputs (skipped by cat) get an
     # empty gradient
+    tensors = ctx.inputs[0]
+    if all(tuple(t.shape) == (0,) for t in tensors):  # then dim was never read
+        return tuple(tp.zeros(0, dtype=grad.dtype, device=grad.device) for _ in tensors)
     grads, start = [], 0
     d = M.wrap_dim(ctx.params["dim"], grad.dim(), "cat")
-    for t in ctx.inputs[0]:
+    for t in tensors:
         if tuple(t.shape) == (0,) and grad.dim() != 1:
             grads.append(tp.zeros(0, dtype=grad.dtype, device=grad.device))
             continue
