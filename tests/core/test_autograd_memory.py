@@ -187,3 +187,12 @@ def test_results_are_saved_only_for_formulas_that_read_them():
     assert e.grad_fn._saved[1] is not None  # exp's derivative is its result
     (s + e.sum()).backward()
     np.testing.assert_allclose(x.grad.numpy(), 3 + np.exp([1.0, 2.0]), rtol=1e-6)
+
+
+def test_formulas_get_only_the_saved_inputs_they_read():
+    from tensorplay._optable import _reads
+
+    assert _reads(lambda a, b: b) == (False, True)
+    assert _reads(lambda a, b: b * a ** (b - 1)) == (True, True)  # 3.13: one LOAD_FAST_LOAD_FAST
+    assert _reads(lambda a, b: (lambda: a)()) == (True, False)  # captured by a closure
+    assert _reads(lambda a, b: [a * y for y in range(2)]) == (True, False)  # a comprehension

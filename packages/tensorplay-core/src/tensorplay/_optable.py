@@ -92,6 +92,21 @@ def _total(terms):
     return functools.reduce(operator.add, terms) if terms else None
 
 
+_LOCAL_OPS = frozenset(dis.haslocal) | frozenset(dis.hasfree)
+
+
+def local_names(ins: dis.Instruction) -> tuple:
+    """The local (or cell) variables bytecode instruction ``ins`` names, in stack order.
+
+    Usually one; Python 3.13's superinstructions name two in a tuple
+    (``LOAD_FAST_LOAD_FAST (b, a)`` pushes b, then a). ``dis``'s own tables say which
+    opcodes touch locals, so this holds for every interpreter without listing opnames.
+    """
+    if ins.opcode not in _LOCAL_OPS:
+        return ()
+    return ins.argval if isinstance(ins.argval, tuple) else (ins.argval,)
+
+
 @functools.cache
 def _reads(fn) -> tuple:
     """For each positional parameter of a derivative formula: does its body read it?
@@ -99,10 +114,16 @@ def _reads(fn) -> tuple:
     A formula gets only the saved inputs it reads (``mul``'s d/da is ``b``: ``a`` is not
     unpacked), so an in-place change of an unread input does not fail backward: the
     same contract PyTorch's derivatives.yaml gives by saving only what a formula names.
+    A closure capturing a parameter loads it too (``LOAD_CLOSURE``), so it counts.
     """
     code = fn.__code__
     names = code.co_varnames[: code.co_argcount]
-    loaded = {ins.argval for ins in dis.get_instructions(fn) if ins.opname.startswith("LOAD_")}
+    loaded = {
+        name
+        for ins in dis.get_instructions(fn)
+        if "LOAD" in ins.opname
+        for name in local_names(ins)
+    }
     return tuple(n in loaded for n in names)
 
 

@@ -16,7 +16,7 @@ import math
 from tensorplay._dispatch import OPS
 from tensorplay._factories import zeros
 from tensorplay._native import any_requires_grad
-from tensorplay._optable import _cells
+from tensorplay._optable import _cells, local_names
 from tensorplay._tensor import Tensor
 from tensorplay._views import as_strided_params
 from tensorplay.autograd import grad_mode
@@ -115,7 +115,7 @@ def _saves_out(row) -> bool:
     return saves
 
 
-_CTX_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_CTX_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})  # LOAD_METHOD: Python < 3.12
 
 
 def _reads_ctx_out(fn) -> bool:
@@ -129,17 +129,15 @@ def _reads_ctx_out(fn) -> bool:
     if ctx in code.co_cellvars:
         return True
     instructions = list(dis.get_instructions(fn))
-    for i, ins in enumerate(instructions):
-        uses_ctx = ins.argval == ctx or (isinstance(ins.argval, tuple) and ctx in ins.argval)
-        if ins.opname.startswith(("LOAD_FAST", "STORE_FAST", "DELETE_FAST")) and uses_ctx:
-            nxt = instructions[i + 1] if i + 1 < len(instructions) else None
-            if (
-                ins.opname not in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW")
-                or nxt is None
-                or nxt.opname not in _CTX_READS
-                or nxt.argval == "out"
-            ):
-                return True
+    for ins, nxt in zip(instructions, [*instructions[1:], None]):
+        names = local_names(ins)
+        if ctx not in names:
+            continue
+        # an attribute read: a LOAD_FAST* pushes ctx last (on top of the stack) and the
+        # next instruction takes an attribute of it
+        pushed_last = ins.opname.startswith("LOAD_FAST") and ctx not in names[:-1]
+        if not pushed_last or nxt is None or nxt.opname not in _CTX_READS or nxt.argval == "out":
+            return True
     return False
 
 
