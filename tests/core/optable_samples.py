@@ -840,6 +840,8 @@ def _scan_ref(fn):
 
 def _softmax_ref(x, dim, dtype=None):
     x = _float(x)
+    if dtype is not None and x.dtype.kind == "c":  # torch converts the input to dtype first
+        x = x.real
     if x.ndim == 0:
         return np.ones_like(x)
     if x.size == 0:
@@ -850,6 +852,8 @@ def _softmax_ref(x, dim, dtype=None):
 
 def _log_softmax_ref(x, dim, dtype=None):
     x = _float(x)
+    if dtype is not None and x.dtype.kind == "c":  # torch converts the input to dtype first
+        x = x.real
     if x.ndim == 0:
         return np.zeros_like(x)
     if x.size == 0:

@@ -390,3 +390,32 @@ def test_out_of_range_index_with_an_empty_result(shape, index):
 def test_out_of_range_index_with_a_result_still_raises():
     with pytest.raises(IndexError, match="out of bounds"):
         tp.zeros(1, 2, 3, 1)[:, tp.tensor([2, 2, 3])]
+
+
+# ---- found by the fuzz run ----
+
+
+def test_round_of_integers_with_explicit_decimals_raises():
+    x = [[-8], [-3]]
+    _same(tp.tensor(x, dtype=tp.int32).round(), torch.tensor(x, dtype=torch.int32).round())
+    with pytest.raises(NotImplementedError):
+        torch.tensor(x, dtype=torch.int32).round(decimals=0)
+    with pytest.raises(NotImplementedError, match="decimals=0"):
+        tp.tensor(x, dtype=tp.int32).round(decimals=0)
+    _same(tp.tensor([1.5, 2.5]).round(decimals=0), torch.tensor([1.5, 2.5]).round(decimals=0))
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def test_softmax_of_complex_input_with_a_real_dtype(op):
+    c = [1 + 2j, 3 - 1j]
+    got = getattr(tp, op)(tp.tensor(c), 0, dtype=tp.float32)
+    want = getattr(torch, op)(torch.tensor(c), 0, dtype=torch.float32)
+    np.testing.assert_allclose(got.tolist(), want.tolist(), rtol=1e-6)
+    with pytest.raises(NotImplementedError):
+        getattr(tp, op)(tp.tensor(c), 0)
+
+
+@pytest.mark.parametrize("x", [[0.0, INF, 1.0], [-INF, -INF], [-INF, 0.0, 1.0], [NAN, 1.0]])
+def test_log_softmax_with_an_infinite_maximum(x):
+    _same(tp.log_softmax(tp.tensor(x), 0), torch.log_softmax(torch.tensor(x), 0))

@@ -1123,13 +1123,14 @@ for _name, _uf in [("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc")]:
     )
 
 
-def _round(xp, a, decimals=0):
-    return xp.round(a, decimals) if a.dtype.kind in "fc" else a
+def _round(xp, a, decimals=None):
+    return xp.round(a, decimals or 0) if a.dtype.kind in "fc" else a
 
 
 def _round_dtype(d, params):
-    # torch rounds integers only to decimals=0 (a copy); it has no integer kernel otherwise
-    if params.get("decimals", 0) != 0 and d.category <= 1:
+    # torch rounds integers without decimals only (a copy): round(decimals=0) is its
+    # decimals kernel, which has no integer version
+    if params.get("decimals") is not None and d.category <= 1:
         raise NotImplementedError(
             f"round(): decimals={params['decimals']} is not supported for {d} inputs; "
             "convert them to a floating dtype first"
@@ -1139,7 +1140,7 @@ def _round_dtype(d, params):
 
 op(
     "round",
-    "input, *, decimals=0",
+    "input, *, decimals=None",
     kernel=_round,
     shape=_pw_shape("round"),
     dtype=_round_dtype,
@@ -1719,7 +1720,13 @@ def _log_softmax(xp, a, dim, dtype=None):
     d = M.wrap_dim(dim, a.ndim, "log_softmax")
     if a.ndim == 0:  # a - a: nan for inf and nan, as torch
         return a - a
-    return a - _logsumexp(xp, a, d, keepdim=True) if a.size else a
+    if not a.size:
+        return a
+    # torch's kernel: shifted - log(sum(exp(shifted))) with shifted = a - max, so an inf
+    # maximum makes the whole slice nan (logsumexp's inf rule does not apply here)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shifted = a - xp.amax(a, axis=d, keepdims=True)
+        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
 
 
 op(
@@ -1728,7 +1735,7 @@ op(
     kernel=_softmax,
     shape=_same_shape_dim("softmax"),
     dtype=functools.partial(M.softmax_like, op="softmax"),
-    allow="bif",
+    allow="bifc",  # complex only with a real dtype= (torch converts the input first)
     vjp=lambda ctx, grad: (_softmax_jvp(ctx, grad),),  # the Jacobian is symmetric
     jvp=lambda ctx, t: _softmax_jvp(ctx, t),
 )
@@ -1738,7 +1745,7 @@ op(
     kernel=_log_softmax,
     shape=_same_shape_dim("log_softmax"),
     dtype=functools.partial(M.softmax_like, op="log_softmax"),
-    allow="bif",
+    allow="bifc",  # complex only with a real dtype= (torch converts the input first)
     vjp=lambda ctx, grad: (grad - ctx.out.exp() * grad.sum(ctx.params["dim"], keepdim=True),),
     jvp=lambda ctx, t: (
         None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
