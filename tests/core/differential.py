@@ -516,6 +516,17 @@ DELIBERATE: tuple[Deliberate, ...] = (
         ),
     ),
     Deliberate(
+        "integer arange step truncated to 0",
+        "torch's int64 arange refuses a step that truncates to 0, its other integer dtypes "
+        "repeat start (arange(0, 7.0, 0.5, dtype=int8) is fourteen 0s); TensorPlay refuses it "
+        "for every integer dtype",
+        lambda case, m: (
+            case.op == "arange"
+            and m.startswith("raise: tensorplay raised")
+            and "is 0 once converted" in m
+        ),
+    ),
+    Deliberate(
         "no complex32",
         "TensorPlay has no complex32 (float16 with a complex operand gives complex32 in torch)",
         lambda case, m: "torch complex32" in m or "torch returned complex32" in m,
