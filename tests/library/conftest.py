@@ -18,3 +18,9 @@ def qualname():
         return f"{namespace}::{name}"
 
     return make
+
+
+@pytest.fixture
+def torch():
+    """torch, the behavioural reference, where installed (an explicit skip otherwise)."""
+    return pytest.importorskip("torch", reason="torch is the oracle for this comparison")

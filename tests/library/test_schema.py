@@ -4,7 +4,6 @@ definitions (spec: Names and definitions)."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import tensorplay as tp
 from tensorplay import library
@@ -53,7 +52,7 @@ def test_malformed_schemas_name_the_position(schema, position, expected, found):
     assert message.endswith(f"    {schema}\n    {' ' * position}^")
 
 
-def test_library_define_rejects_a_malformed_schema_like_torch(qualname):
+def test_library_define_rejects_a_malformed_schema_like_torch(qualname, torch):
     ns = qualname().split("::")[0]
     with pytest.raises(RuntimeError, match="expected \\) but found 'arrow'"):
         torch.library.Library(f"tp_oracle_{ns}", "DEF").define("y(Tensor x -> Tensor")
@@ -66,7 +65,7 @@ def test_library_define_rejects_a_malformed_schema_like_torch(qualname):
         library.define(text)
 
 
-def test_custom_op_schema_must_mark_exactly_mutates_args(qualname):
+def test_custom_op_schema_must_mark_exactly_mutates_args(qualname, torch):
     def body(x):
         return x.clone()
 
@@ -125,7 +124,7 @@ def test_a_mutated_argument_in_a_defined_schema_needs_a_name(qualname):
         library.define(qualname(), "(Tensor(a!)) -> ()")
 
 
-def test_a_second_define_with_another_schema_raises_like_torch(qualname):
+def test_a_second_define_with_another_schema_raises_like_torch(qualname, torch):
     ns = qualname().split("::")[0]
     torch_lib = torch.library.Library(f"tp_oracle_{ns}", "DEF")
     torch_lib.define("z(Tensor x) -> Tensor")
