@@ -93,7 +93,19 @@ def _check(row, args, kwargs=None):
         out_dt = row.dtype(p, kwargs)[1]
         if p.category <= 1 and out_dt.category >= 2:
             p = out_dt  # integer inputs of float ops (atan2, div) are cast to the float dtype
-        args = tuple(tp.tensor(np.asarray(np.asarray(x).astype(p.np)), dtype=p) for x in args)
+
+        # a number (or 0-d tensor) a row takes at full precision next to a float16/bfloat16
+        # tensor enters at float32, as in torch (its opmath); everything else at p
+        def cast(i, x):
+            opmath = (
+                p in (tp.float16, tp.bfloat16)
+                and i in row.scalar_opmath
+                and not (isinstance(x, tp.Tensor) and x.dim())
+            )
+            dt = tp.float32 if opmath else p
+            return tp.tensor(np.asarray(np.asarray(x).astype(dt.np)), dtype=dt)
+
+        args = tuple(cast(i, x) for i, x in enumerate(args))
     with np.errstate(all="ignore"):
         want = REF[row.name](*to_ref(args), **kwargs)
     assert_close(got, want, msg=f"{row.name} {[getattr(a, 'dtype', a) for a in args]}")
