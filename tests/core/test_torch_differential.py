@@ -452,19 +452,7 @@ _EINSUM = [
 
 
 def _mat_dtype(d: Draw, dtype):
-    among = (
-        "bool",
-        "uint8",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "float16",
-        "bfloat16",
-        "float32",
-        "float64",
-        "complex64",
-    )
+    among = tuple(n for n in DTYPES if n != "complex128")
     return _dtype(d, dtype, among)
 
 
