@@ -1,6 +1,7 @@
 """dtypes and PyTorch's type-promotion rules.
 
-A ``dtype`` wraps a numpy dtype (bfloat16 comes from ``ml_dtypes``). Promotion
+A ``dtype`` wraps a numpy dtype (bfloat16 comes from ``ml_dtypes``, imported the first
+time its numpy type is needed: see ``_LazyNumpyDtype``). Promotion
 follows PyTorch: a higher *category* (bool < integer < floating < complex) wins;
 within a category dimensioned tensors beat 0-d tensors, which beat Python
 scalars (``result_type``).
@@ -8,9 +9,9 @@ scalars (``result_type``).
 
 from __future__ import annotations
 
+import sys
 import threading
 
-import ml_dtypes
 import numpy as np
 
 __all__ = [
@@ -50,9 +51,12 @@ class dtype:
     )
 
     def __init__(self, name: str, np_dtype, category: int, rank: int):
-        self.name = name
         self.np = np.dtype(np_dtype)
-        self.itemsize = self.np.itemsize
+        self._describe(name, self.np.itemsize, category, rank)
+
+    def _describe(self, name: str, itemsize: int, category: int, rank: int) -> None:
+        self.name = name
+        self.itemsize = itemsize
         self.category = category
         self.is_floating_point = category == _FLOAT
         self.is_complex = category == _COMPLEX
@@ -74,6 +78,35 @@ class dtype:
         return {complex128: float64, complex64: float32}.get(self, self)
 
 
+class _LazyNumpyDtype(dtype):
+    """A dtype whose numpy type comes from ``ml_dtypes``, imported on first use of ``.np``.
+
+    Importing ml_dtypes (its extension registers many types and ufuncs) takes several times
+    as long as the rest of ``import tensorplay``; the dtype's name, itemsize,
+    category and promotion need none of it. The first ``.np`` imports ml_dtypes, fills the
+    base class's slot and turns the instance into a plain ``dtype``, so later reads are the
+    same slot read as for every other dtype (hot paths read ``.np`` constantly).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, name: str, itemsize: int, category: int, rank: int):
+        self._describe(name, itemsize, category, rank)
+
+    @property
+    def np(self):
+        # Imported here, not at module level: ml_dtypes' import is the slow part (see above).
+        import ml_dtypes
+
+        np_dtype = np.dtype(getattr(ml_dtypes, self.name))
+        dtype.np.__set__(self, np_dtype)
+        _FROM_NP[np_dtype] = self
+        # Same layout (no slots of its own), so Python allows the switch; racing threads
+        # both store the same values.
+        self.__class__ = dtype
+        return np_dtype
+
+
 bool = dtype("bool", np.bool_, _BOOL, 0)  # noqa: A001 - torch's public name
 uint8 = dtype("uint8", np.uint8, _INT, 1)
 int8 = dtype("int8", np.int8, _INT, 1)
@@ -81,7 +114,7 @@ int16 = dtype("int16", np.int16, _INT, 2)
 int32 = dtype("int32", np.int32, _INT, 3)
 int64 = dtype("int64", np.int64, _INT, 4)
 float16 = dtype("float16", np.float16, _FLOAT, 1)
-bfloat16 = dtype("bfloat16", ml_dtypes.bfloat16, _FLOAT, 1)
+bfloat16 = _LazyNumpyDtype("bfloat16", 2, _FLOAT, 1)
 float32 = dtype("float32", np.float32, _FLOAT, 2)
 float64 = dtype("float64", np.float64, _FLOAT, 3)
 complex64 = dtype("complex64", np.complex64, _COMPLEX, 2)
@@ -113,7 +146,8 @@ _NAMES.update(
     cfloat=complex64,
     cdouble=complex128,
 )
-_FROM_NP = {d.np: d for d in ALL}
+# Lazy dtypes register themselves when their numpy type is first built.
+_FROM_NP = {d.np: d for d in ALL if not isinstance(d, _LazyNumpyDtype)}
 
 
 def _by_name(name: str) -> dtype:
@@ -125,6 +159,12 @@ def from_numpy_dtype(np_dtype) -> dtype:
     try:
         return _FROM_NP[np.dtype(np_dtype)]
     except (KeyError, TypeError):
+        # An ml_dtypes numpy type exists only once ml_dtypes is imported (by the user, say)
+        # and is in ``_FROM_NP`` only once our dtype built it.
+        if "ml_dtypes" in sys.modules and any(isinstance(d, _LazyNumpyDtype) for d in ALL):
+            for d in ALL:
+                d.np  # noqa: B018 - registers a lazy dtype's numpy type
+            return from_numpy_dtype(np_dtype)
         raise TypeError(
             f"numpy dtype {np_dtype!r} has no TensorPlay equivalent; supported: "
             f"{', '.join(d.name for d in ALL)}"
@@ -254,7 +294,7 @@ _INT_RANGE = {
 _INF = float("inf")
 _FLOAT_MAX = {
     float16: 65504.0,
-    bfloat16: float(ml_dtypes.finfo(ml_dtypes.bfloat16).max),
+    bfloat16: float.fromhex("0x1.fep127"),  # ml_dtypes.finfo(bfloat16).max, without the import
     float32: float(np.finfo(np.float32).max),
     float64: float(np.finfo(np.float64).max),
 }

@@ -101,7 +101,7 @@ def _infer_dtype(arr: np.ndarray, data) -> D.dtype:
         if isinstance(data, (np.ndarray, np.generic)):
             return D.from_numpy_dtype(arr.dtype)
         return D.get_default_dtype().to_complex()
-    if arr.dtype == D.bfloat16.np:
+    if kind == "V" and arr.dtype == D.bfloat16.np:  # ml_dtypes types are kind "V"
         return D.bfloat16
     raise TypeError(f"tensor(): could not infer a dtype from data of numpy dtype {arr.dtype}")
 
