@@ -31,6 +31,32 @@ def test_ci_builds_the_native_module():
     assert _native.NATIVE is not None, _native.REASON
 
 
+def test_a_missing_native_module_is_named_as_missing_and_warned_about_once():
+    # a finder that hides tensorplay._C stands in for an install without a compiler
+    code = (
+        "import sys, warnings\n"
+        "class Hide:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tensorplay._C':\n"
+        "            raise ModuleNotFoundError(name, name=name)\n"
+        "sys.meta_path.insert(0, Hide())\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import tensorplay as tp, tensorplay._native as n\n"
+        "print(n.NATIVE is None, (tp.ones(2) + 1).tolist())\n"
+        "print(n.REASON)\n"
+        "print([str(w.message) for w in caught if w.category is RuntimeWarning])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TENSORPLAY_PURE_PYTHON"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    first, reason, warned = out.stdout.splitlines()
+    assert first == "True [2.0, 2.0]"
+    assert reason.startswith("tensorplay._C was not built") and "circular" not in reason
+    assert warned.count("runs without its native module") == 1
+    assert "TENSORPLAY_PURE_PYTHON=1" in warned
+
+
 def test_pure_python_switch_selects_the_twins():
     code = (
         "import tensorplay as tp, tensorplay._native as n, inspect;"

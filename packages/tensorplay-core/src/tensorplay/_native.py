@@ -27,7 +27,9 @@ are most of its cost and would have to be written twice).
 
 from __future__ import annotations
 
+import importlib
 import os
+import warnings
 
 from tensorplay._device import CPU
 from tensorplay._storage import Storage, _aligned_u8
@@ -39,12 +41,24 @@ NATIVE = None
 if os.environ.get("TENSORPLAY_PURE_PYTHON") == "1":
     REASON = "TENSORPLAY_PURE_PYTHON=1"
 else:
+    # imported by its full name: a missing module is then a ModuleNotFoundError naming it,
+    # where ``from tensorplay import _C`` words it as a "circular import"
     try:
-        from tensorplay import _C as NATIVE
+        NATIVE = importlib.import_module("tensorplay._C")
     except ImportError as e:
-        REASON = (
-            f"tensorplay._C is not built ({e}); reinstall tensorplay-core with a C++ compiler "
-            "(pip prints why the build was skipped with -v)"
+        if isinstance(e, ModuleNotFoundError) and e.name == "tensorplay._C":
+            REASON = (
+                "tensorplay._C was not built when tensorplay-core was installed (no C++ "
+                "compiler or Python headers then); reinstall tensorplay-core where g++ works "
+                "(pip install -v shows why the build was skipped)"
+            )
+        else:
+            REASON = f"tensorplay._C is installed but could not be loaded ({e})"
+        warnings.warn(
+            f"TensorPlay runs without its native module, so dispatch is slower: {REASON}. "
+            "Set TENSORPLAY_PURE_PYTHON=1 to choose pure Python and silence this.",
+            RuntimeWarning,
+            stacklevel=2,
         )
     else:
         REASON = "loaded"
