@@ -70,7 +70,7 @@ def _n_consumed(item) -> int:
     """How many dimensions of the indexed tensor ``item`` uses up."""
     if item is None or item is Ellipsis or _is_bool_scalar(item):
         return 0
-    if isinstance(item, (slice, int, np.integer)) or _is_int(item):
+    if isinstance(item, slice) or _is_int(item):  # bools were answered above
         return 1
     if isinstance(item, Tensor):
         return item.dim() if item.dtype in (D.bool, D.uint8) else 1
