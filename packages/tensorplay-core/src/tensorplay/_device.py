@@ -92,7 +92,12 @@ def _cupy():
     try:
         import cupy  # noqa: PLC0415 - optional dependency, imported on first CUDA use
     except ImportError as e:
-        return None, f"CuPy is not installed ({e}); install tensorplay-core[cuda]"
+        if isinstance(e, ModuleNotFoundError) and e.name == "cupy":
+            return None, (
+                "CuPy is not installed; add it with the CUDA extra of tensorplay-core: "
+                "pip install './packages/tensorplay-core[cuda]' from a TensorPlay checkout"
+            )
+        return None, f"CuPy is installed but does not import: {type(e).__name__}: {e}"
     try:
         n = cupy.cuda.runtime.getDeviceCount()
     except Exception as e:  # noqa: BLE001 - CuPy raises driver-specific errors
@@ -110,10 +115,7 @@ def cuda_unavailable_reason() -> str | None:
 def cupy_or_raise():
     mod, why = _cupy()
     if mod is None:
-        raise RuntimeError(
-            f"CUDA is not available: {why}. "
-            "Install the CUDA extra: pip install 'tensorplay-core[cuda]'"
-        )
+        raise RuntimeError(f"CUDA is not available: {why}")
     return mod
 
 
