@@ -8,6 +8,9 @@ would change what the ``tvm`` probe sees. Whether an installed package (or
 component) actually imports is then checked in a fresh subprocess each, in
 parallel, so a broken or conflicting install shows its error here instead of
 breaking this process; ``--no-import-check`` skips that for a fast report.
+
+PyPI's unrelated ``tensorplay`` shares our import name: when it is installed (or is what
+``import tensorplay`` gives), the report says so, with the fix, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+
+from tensorplay.utils import _install
 
 __all__ = ["main", "collect"]
 
@@ -187,7 +192,10 @@ def probe_component(dist: str, module: str, check_import: bool) -> str:
     else:
         err = f"No module named '{module}'"
     if spec is None:
-        return f"{installed}; import {module}: not available: {err}"
+        return (
+            f"{installed}; import {module}: not available: {err}; "
+            f"pip install ./packages/{dist} (or --no-index --find-links dist/ {dist})"
+        )
     # importing a component may import triton/tilelang/tvm: keep it out of this process
     why = _import_in_subprocess(module) if check_import else None
     return f"{installed}; import {module}: " + ("ok" if why is None else f"fails: {why}")
@@ -238,11 +246,19 @@ def collect(check_imports: bool = True) -> dict:
             ("nvcc", pool.submit(_safe, probe_nvcc)),
             ("ninja", pool.submit(_safe, probe_ninja)),
         ]
-        return {
+        foreign = pool.submit(_install.foreign_installs)
+        report = {
             "TensorPlay": info,
             "Components": [(k, f.result()) for k, f in comps],
             "Capabilities": [(k, f.result()) for k, f in caps],
         }
+        try:
+            found = foreign.result()
+        except Exception as e:  # noqa: BLE001 - a diagnostic command must never crash
+            found = [f"looking for a foreign `tensorplay` failed: {type(e).__name__}: {e}"]
+        if found:
+            report["Problems"] = [*found, f"Fix: {_safe(_install.fix)}"]
+        return report
 
 
 def format_report(report: dict) -> str:
@@ -257,6 +273,9 @@ def format_report(report: dict) -> str:
             lines.append(f"{section}:")
         width = max(len(k) for k, _ in rows)
         lines.extend(f"  {k.ljust(width)} : {v}" for k, v in rows)
+    if report.get("Problems"):
+        lines += ["", "Problems (a `tensorplay` that is not ours):"]
+        lines += [f"  {p}" for p in report["Problems"]]
     return "\n".join(lines)
 
 
@@ -270,8 +289,13 @@ def main(argv: list[str] | None = None) -> int:
         help="only look packages up; do not import them (faster)",
     )
     args = parser.parse_args(argv)
-    print(format_report(collect(check_imports=not args.no_import_check)))
-    return 0
+    if not _install.core_is_ours():
+        # the probes below would report on someone else's package
+        print(_install.foreign_core_message("python -m tensorplay"), file=sys.stderr)
+        return 1
+    report = collect(check_imports=not args.no_import_check)
+    print(format_report(report))
+    return 1 if report.get("Problems") else 0
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ first call and hands the graph to a backend: ``"eager"`` (the interpreter) or ``
 
 from __future__ import annotations
 
+# First: ImportError with the fix if `tensorplay` is PyPI's unrelated package, not our core
+import tensorplay.utils._require_core as _require_core
 from tensorplay.compiler._api import CompiledFunction, compile, config
 from tensorplay.compiler._backends import (
     InvalidBackend,

@@ -18,6 +18,8 @@ where they are faster; ``disable()`` restores the CuPy kernels.
 
 from __future__ import annotations
 
+# First: ImportError with the fix if `tensorplay` is PyPI's unrelated package, not our core
+import tensorplay.utils._require_core as _require_core
 from tensorplay.kernels._capability import (
     import_triton,
     interpreting,

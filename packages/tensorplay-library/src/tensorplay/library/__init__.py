@@ -19,6 +19,8 @@ node) and the testing utilities (``opcheck``)::
 
 from __future__ import annotations
 
+# First: ImportError with the fix if `tensorplay` is PyPI's unrelated package, not our core
+import tensorplay.utils._require_core as _require_core
 from tensorplay.library._api import (
     custom_op,
     define,

@@ -11,6 +11,8 @@ True
 
 from __future__ import annotations
 
+# First: ImportError with the fix if `tensorplay` is PyPI's unrelated package, not our core
+import tensorplay.utils._require_core as _require_core
 from tensorplay.utils.cpp_jit._build import BuildError, build, build_inline
 from tensorplay.utils.cpp_jit._engine import is_available
 from tensorplay.utils.cpp_jit._load import load, load_inline, load_module, system_lib
