@@ -1,85 +1,130 @@
-"""Finding a usable apache-tvm: import, API check, the tilelang hazard, threads, targets.
+"""Finding a usable apache-tvm: import, version, API check, the tilelang hazard, threads, targets.
 
+``tvm_status()`` is the one answer to "can the TVM backend run here, and if not, why and
+what fixes it"; ``backend="tvm"`` raises its reason (``load_tvm``).
+
+A ``tvm`` that imports is usable when its version is in ``SUPPORTED`` (the range the
+``[tvm]`` extra installs and the tests run with) and it has the API the lowering uses.
 tilelang bundles its own (older) ``tvm`` and puts it first on ``sys.path`` when it is
-imported; a later ``import tvm`` then gets tilelang's copy, which lacks the API this
-backend lowers with (``tvm.tirx``, ``tvm.s_tir``, ``tvm.compile``). We never guess:
-the module ``import tvm`` returns is checked for that API, and when it is missing the
-error says which ``tvm`` was found, where, and (if tilelang is loaded) why.
+imported; a later ``import tvm`` then gets tilelang's copy, which lacks that API
+(``tvm.tirx``, ``tvm.s_tir``, ``tvm.compile``). We never guess: the module ``import
+tvm`` returns is checked, and when it is not usable the reason says which ``tvm`` was
+found, where, and (if tilelang is loaded) why.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["TvmStatus", "configure_threads", "load_tvm", "resolve_target", "tvm_status"]
+__all__ = [
+    "SUPPORTED",
+    "TvmStatus",
+    "configure_threads",
+    "load_tvm",
+    "resolve_target",
+    "tvm_status",
+]
 
-_INSTALL = "pip install 'apache-tvm>=0.25' (or pip install './packages/tensorplay-compile[tvm]')"
-# what the lowering uses; tilelang's bundled tvm and pre-0.24 releases lack some of it
+# NOTE: the same range as the [tvm] extra in packages/tensorplay-compile/pyproject.toml
+# (a test compares them). Releases below lack the API the lowering uses; releases from the
+# upper bound on are untested (TVM 0.x changes that API between minor releases).
+SUPPORTED = "apache-tvm>=0.26,<0.28"
+_LOWEST, _BELOW = (0, 26), (0, 28)
+INSTALL = f"pip install '{SUPPORTED}' (or pip install './packages/tensorplay-compile[tvm]')"
+# what the lowering uses; tilelang's bundled tvm and older releases lack some of it
 _REQUIRED = ("te", "tirx", "s_tir", "compile", "IRModule", "target")
 
 
 @dataclasses.dataclass(frozen=True)
 class TvmStatus:
-    """Whether the TVM backend can run here; ``reason`` says why not."""
+    """Whether the TVM backend can run here; else ``reason`` says why and ``fix`` what to do.
+
+    ``version`` and ``path`` describe the ``tvm`` module found (empty when none imports).
+    """
 
     available: bool
     reason: str = ""
+    fix: str = ""
     version: str = ""
     path: str = ""
 
     def __bool__(self) -> bool:
         return self.available
 
+    def __str__(self) -> str:
+        if self.available:
+            return f"usable (apache-tvm {self.version}, {self.path})"
+        return f"not usable: {self.reason}. {self.fix}"
 
-def _check(tvm: ModuleType) -> str:
-    """Empty when ``tvm`` is a usable apache-tvm, else what is wrong with it."""
-    missing = [name for name in _REQUIRED if not hasattr(tvm, name)]
-    if not missing and hasattr(tvm.te, "create_prim_func"):
-        return ""
+
+def _version_tuple(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(p) for p in match.group(0).split(".")) if match else None
+
+
+def _check(tvm: ModuleType) -> TvmStatus:
+    """The status of the imported module ``tvm``: its API first, then its version."""
     where = getattr(tvm, "__file__", None) or "<unknown location>"
-    version = getattr(tvm, "__version__", "unknown")
-    msg = (
-        f"the 'tvm' module imported from {where} (version {version}) lacks "
-        f"{', '.join('tvm.' + m for m in missing) or 'tvm.te.create_prim_func'}, which the TVM "
-        "backend needs (apache-tvm >= 0.25)."
-    )
-    if "tilelang" in sys.modules:
-        msg += (
-            " tilelang is imported in this process and puts its bundled tvm first on sys.path, "
-            "so 'import tvm' does not reach apache-tvm. Run the TVM backend in a process that "
-            "does not import tilelang, or use backend='eager'."
+    version = str(getattr(tvm, "__version__", "unknown"))
+    missing = [name for name in _REQUIRED if not hasattr(tvm, name)]
+    if missing or not hasattr(tvm.te, "create_prim_func"):
+        reason = (
+            f"the 'tvm' module imported from {where} (version {version}) lacks "
+            f"{', '.join('tvm.' + m for m in missing) or 'tvm.te.create_prim_func'}, which "
+            f"the TVM backend needs ({SUPPORTED})"
         )
-    else:
-        msg += f" Install a current release: {_INSTALL}."
-    return msg
-
-
-def load_tvm() -> ModuleType:
-    """The apache-tvm module, or ``RuntimeError`` saying how to install or fix it."""
-    try:
-        import tvm  # noqa: PLC0415 - optional dependency, imported on first use only
-    except ImportError as e:
-        raise RuntimeError(
-            f"the TVM backend needs apache-tvm, which is not installed ({e}). "
-            f"Install it with: {_INSTALL}; or compile with backend='eager'"
-        ) from e
-    problem = _check(tvm)
-    if problem:
-        raise RuntimeError(problem)
-    return tvm
+        if "tilelang" in sys.modules:
+            reason += (
+                "; tilelang is imported in this process and puts its bundled tvm first on "
+                "sys.path, so 'import tvm' does not reach apache-tvm"
+            )
+            fix = "Run the TVM backend in a process that does not import tilelang."
+        else:
+            fix = f"Install a supported release: {INSTALL}."
+        return TvmStatus(False, reason, fix, version, where)
+    parsed = _version_tuple(version)
+    if parsed is None or not _LOWEST <= parsed[:2] < _BELOW:
+        reason = (
+            f"apache-tvm {version} is installed ({where}), but the TVM backend supports "
+            f"{SUPPORTED} only"
+        )
+        return TvmStatus(False, reason, f"Install a supported release: {INSTALL}.", version, where)
+    return TvmStatus(True, version=version, path=where)
 
 
 def tvm_status() -> TvmStatus:
     """Can ``backend="tvm"`` run in this process? (Imports tvm when it is installed.)"""
+    return _probe()[0]
+
+
+def load_tvm() -> ModuleType:
+    """The apache-tvm module, or ``RuntimeError`` saying what is wrong and how to fix it."""
+    status, tvm = _probe()
+    if tvm is None:
+        raise RuntimeError(
+            f"the TVM backend cannot run: {status.reason}. {status.fix} Or compile with "
+            "backend='eager'."
+        )
+    return tvm
+
+
+def _probe() -> tuple[TvmStatus, ModuleType | None]:
+    """The status, and the tvm module when it is usable."""
     try:
-        tvm = load_tvm()
-    except RuntimeError as e:
-        return TvmStatus(False, str(e))
-    return TvmStatus(True, "", getattr(tvm, "__version__", ""), getattr(tvm, "__file__", ""))
+        import tvm  # noqa: PLC0415 - optional dependency, imported on first use only
+    except Exception as e:  # noqa: BLE001 - a broken install is a status, not a crash
+        if isinstance(e, ModuleNotFoundError) and e.name == "tvm":
+            return TvmStatus(False, "apache-tvm is not installed", f"Install it: {INSTALL}."), None
+        # installed but broken, e.g. a libtvm_runtime built against another apache-tvm-ffi
+        reason = f"apache-tvm is installed but 'import tvm' fails ({type(e).__name__}: {e})"
+        return TvmStatus(False, reason, f"Reinstall a supported release: {INSTALL}."), None
+    status = _check(tvm)
+    return status, (tvm if status else None)
 
 
 # ---- threads -----------------------------------------------------------------------------
