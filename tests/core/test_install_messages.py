@@ -1,22 +1,20 @@
 """Install mistakes get a message that names the problem and the fix (issue 14).
 
 * PyPI's unrelated ``tensorplay`` (1.x) shares our import name. ``python -m tensorplay``
-  names it, and a component imported over a foreign core raises ImportError.
-* ``from tensorplay.utils import cpp_jit`` without tensorplay-cppjit says which
-  distribution to install, as ``tp.library`` and the other components do.
+  names it, and ``require_core`` (which each component calls) raises ImportError.
+* A component that is not installed gets the command that installs it.
 * The CUDA hint is one sentence, said once, with the local-path install command.
 
 Foreign installs are faked with a ``.dist-info`` folder in a temporary directory on the path.
+Only core is used here: tests/integration/test_install_messages_components.py imports the
+components over a foreign core and takes tensorplay-cppjit away.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
-import re
 import subprocess
 import sys
-import textwrap
 import types
 from pathlib import Path
 
@@ -211,84 +209,13 @@ def test_cli_refuses_to_report_on_a_foreign_core(foreign_core, capsys):
     assert "\nFix: pip uninstall tensorplay" in out.err
 
 
-@pytest.mark.parametrize(
-    "module,dist",
-    [
-        ("tensorplay.library", "tensorplay-library"),
-        ("tensorplay.graph", "tensorplay-compile"),
-        ("tensorplay.compiler", "tensorplay-compile"),
-        ("tensorplay.kernels", "tensorplay-kernels"),
-        ("tensorplay.utils.cpp_jit", "tensorplay-cppjit"),
-    ],
-)
-def test_component_over_a_foreign_core_raises_import_error(module, dist):
-    # a fresh interpreter whose `tensorplay` is another package laid over our folders
-    code = textwrap.dedent(f"""
-        import sys, types
-        fake = types.ModuleType("tensorplay")
-        fake.__version__ = "1.1.0"
-        fake.__file__ = "/site-packages/tensorplay/__init__.py"
-        fake.__path__ = {list(tp.__path__)!r}
-        sys.modules["tensorplay"] = fake
-        try:
-            import {module}
-        except ImportError as e:
-            print(e)
-        else:
-            print("imported")
-    """)
-    r = run_py("-c", code)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith(
-        f"{module} ({dist}) needs TensorPlay's core (tensorplay-core), but `import tensorplay` "
-        "gave another package (/site-packages/tensorplay/__init__.py, version 1.1.0).\n"
-    ), r.stdout
-    assert "\nFix: pip uninstall tensorplay" in r.stdout
-
-
-# ---- a component that is not installed -----------------------------------------------------------
-
-
-@pytest.fixture
-def without_cppjit(monkeypatch):
-    """As if tensorplay-cppjit were not installed: ``tensorplay.utils`` is core's folder only."""
-    importlib.import_module("tensorplay.utils.cpp_jit")  # so that there is one to take away
-    monkeypatch.delattr(tensorplay.utils, "cpp_jit")
-    monkeypatch.delitem(sys.modules, "tensorplay.utils.cpp_jit")
-    monkeypatch.setattr(tensorplay.utils, "__path__", [str(CORE_UTILS)])
-    importlib.invalidate_caches()
-
-
-CPPJIT_HINT = (
-    "tensorplay.utils.cpp_jit needs the tensorplay-cppjit distribution: "
-    "pip install ./packages/tensorplay-cppjit (from a TensorPlay checkout) or "
-    "pip install --no-index --find-links dist/ tensorplay-cppjit (from our wheels) "
-    "(No module named 'tensorplay.utils.cpp_jit')"
-)
-
-
-def test_from_utils_import_cpp_jit_names_the_distribution(without_cppjit):
-    with pytest.raises(ModuleNotFoundError) as e:
-        from tensorplay.utils import cpp_jit  # noqa: F401
-    assert str(e.value) == CPPJIT_HINT
-    assert e.value.name == "tensorplay.utils.cpp_jit"
-
-
-def test_tp_utils_cpp_jit_names_the_distribution(without_cppjit):
-    with pytest.raises(ModuleNotFoundError, match=re.escape(CPPJIT_HINT)):
-        tp.utils.cpp_jit  # noqa: B018
+# ---- the Components lines of python -m tensorplay ------------------------------------------------
 
 
 def test_other_utils_attributes_stay_attribute_errors():
     with pytest.raises(AttributeError, match="has no attribute 'no_such_thing'"):
         tp.utils.no_such_thing  # noqa: B018
     assert not hasattr(tp.utils, "no_such_thing")
-
-
-def test_cpp_jit_imports_when_installed():
-    from tensorplay.utils import cpp_jit
-
-    assert cpp_jit.__name__ == "tensorplay.utils.cpp_jit"
 
 
 def test_cli_component_line_gives_the_install_command():
