@@ -50,7 +50,7 @@ def variants():
         src._binary,
         {"a_ptr": "fp16", "b_ptr": "fp16", "out_ptr": "fp16"},
         dict.fromkeys(names, "i64"),
-        {"OP": "maximum", "ACC": f32, "BLOCK": 2048},
+        {"OP": "maximum", "ACC": f32, "BLOCK": 2048, "WIDE": True},
         {},
     )
     out["binary-strided-mul-bf16-int32"] = (
