@@ -4,83 +4,84 @@ Used two ways:
 
 * as hatchling's build hook (``[tool.hatch.build.targets.wheel.hooks.custom]`` in
   pyproject.toml): ``pip install ./packages/tensorplay-core`` (wheel or editable) compiles
-  the module; a wheel gets it as a platform-specific file, an editable install gets it
+  the module; a wheel gets it as a platform-specific file (tagged for this interpreter;
+  ``auditwheel``/cibuildwheel turn that into a manylinux wheel), an editable install gets it
   next to the sources in ``src/tensorplay/``;
-* as a script, to rebuild in place while developing (or on a machine without hatchling):
+* as a script, to rebuild in place while developing:
   ``python packages/tensorplay-core/hatch_native.py``.
+
+hatchling stays the build front end; the compile itself goes through setuptools'
+``build_ext`` with pybind11's ``Pybind11Extension``, so the compiler, its flags and the
+link step are the platform's own (``sysconfig``'s compiler and ``-DNDEBUG -O3``,
+``CC``/``CXX``/``CFLAGS``/``LDFLAGS``, macOS ``ARCHFLAGS`` and deployment target as
+cibuildwheel sets them, MSVC on Windows) instead of a command line written here.
 
 No compiler, or a compiler that fails: the install still succeeds, pure Python (the
 native helpers all have Python twins), and says so loudly; ``python -m tensorplay``
-reports it later. ``TENSORPLAY_REQUIRE_NATIVE=1`` turns that into an error (CI sets it);
-``TENSORPLAY_PURE_PYTHON=1`` at install time skips the build.
+reports it later. ``TENSORPLAY_REQUIRE_NATIVE=1`` turns that into an error (CI and the
+wheel builds set it); ``TENSORPLAY_PURE_PYTHON=1`` at build time skips the build (the
+``py3-none-any`` fallback wheel).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import sysconfig
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "csrc" / "_C.cpp"
 PACKAGE = HERE / "src" / "tensorplay"
-COMPILERS = ("c++", "g++", "clang++")
 
 
 class NativeBuildError(RuntimeError):
     """The native module could not be built (the message says why and what to do)."""
 
 
-def module_filename() -> str:
-    return "_C" + sysconfig.get_config_var("EXT_SUFFIX")
+NO_COMPILER_HINT = (
+    "Install a C++17 compiler (Debian/Ubuntu: `apt install g++`; macOS: "
+    "`xcode-select --install`; Windows: Visual Studio Build Tools) and reinstall "
+    "tensorplay-core to get the native fast paths"
+)
 
 
-def find_compiler() -> str:
-    cxx = os.environ.get("CXX")
-    candidates = [cxx] if cxx else list(COMPILERS)
-    for name in candidates:
-        path = shutil.which(name)
-        if path:
-            return path
-    looked = f"$CXX={cxx!r}" if cxx else ", ".join(COMPILERS)
-    raise NativeBuildError(
-        f"no C++ compiler found (looked for {looked}). Install one (Debian/Ubuntu: "
-        "`apt install g++`; macOS: `xcode-select --install`) and reinstall tensorplay-core "
-        "to get the native fast paths"
-    )
-
-
-def include_dirs() -> list[str]:
+def _extension():  # type: ignore[no-untyped-def]
     try:
         import numpy
-        import pybind11
-    except ImportError as e:  # the build requirements in pyproject.toml provide both
-        raise NativeBuildError(f"building tensorplay._C needs pybind11 and numpy ({e})") from e
-    return [sysconfig.get_paths()["include"], pybind11.get_include(), numpy.get_include()]
+        from pybind11.setup_helpers import Pybind11Extension
+    except ImportError as e:  # the build requirements in pyproject.toml provide them
+        raise NativeBuildError(
+            f"building tensorplay._C needs pybind11, numpy and setuptools ({e})"
+        ) from e
+    return Pybind11Extension(
+        "tensorplay._C", [str(SOURCE)], include_dirs=[numpy.get_include()], cxx_std=17
+    )
 
 
 def compile_module(out_dir: Path) -> Path:
     """Compile csrc/_C.cpp into ``out_dir``; return the module's path."""
-    cxx = find_compiler()
-    target = out_dir / module_filename()
+    ext = _extension()
+    from pybind11.setup_helpers import build_ext
+    from setuptools import Distribution
+    from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
+
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-    cmd = [cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-fvisibility=hidden"]
-    cmd += [f"-I{d}" for d in include_dirs()]
-    cmd += [str(SOURCE), "-o", str(tmp)]
-    if sys.platform == "darwin":
-        cmd.insert(1, "-undefined")
-        cmd.insert(2, "dynamic_lookup")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise NativeBuildError(
-            f"compiling {SOURCE.name} failed ({' '.join(cmd[:2])} ...):\n{proc.stderr[-4000:]}"
-        )
-    os.replace(tmp, target)  # atomic: a concurrent import never sees half a file
+    with tempfile.TemporaryDirectory(prefix="tensorplay-native-") as tmp:
+        command = build_ext(Distribution({"name": "tensorplay-core", "ext_modules": [ext]}))
+        command.build_lib = os.path.join(tmp, "lib")
+        command.build_temp = os.path.join(tmp, "obj")
+        command.ensure_finalized()
+        try:
+            command.run()
+        except (CCompilerError, CompileError, LinkError, ExecError, PlatformError, OSError) as e:
+            raise NativeBuildError(f"compiling {SOURCE.name} failed ({e}). {NO_COMPILER_HINT}")
+        [built] = command.get_outputs()
+        target = out_dir / Path(built).name
+        staged = target.with_name(target.name + f".{os.getpid()}.tmp")
+        shutil.copyfile(built, staged)
+        os.replace(staged, target)  # atomic: a concurrent import never sees half a file
     return target
 
 
