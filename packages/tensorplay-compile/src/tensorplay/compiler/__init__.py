@@ -2,7 +2,9 @@
 
 ``compile`` (also ``tp.compile``) captures a function with ``tensorplay.graph`` on its
 first call and hands the graph to a backend: ``"eager"`` (the interpreter) or ``"tvm"``
-(pointwise regions lowered to TVM kernels; ``pip install 'tensorplay-compile[tvm]'``).
+(pointwise regions lowered to TVM kernels; ``pip install './packages/tensorplay-compile[tvm]'``).
+The default is ``"tvm"`` where it can run and ``"eager"`` elsewhere; ``tvm_status()``
+says which and why.
 ``compiled.report()`` shows how every node runs and why when it is not lowered.
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 import tensorplay as tp
 from tensorplay._capture import GraphCaptureError
 from tensorplay.compiler._autocast import autocast_state, run_recording_dtypes
-from tensorplay.compiler._backends import lookup_backend, validate_options
+from tensorplay.compiler._backends import default_backend, lookup_backend, validate_options
 from tensorplay.compiler._guards import Guards, collect
 from tensorplay.compiler._report import Report, ReportRow
 from tensorplay.graph import GraphModule, Tracer
@@ -80,7 +80,7 @@ class Artifact:
 def compile(  # noqa: A001 - the public name is tp.compile
     fn: Callable | None = None,
     *,
-    backend: str | Callable = "tvm",
+    backend: str | Callable | None = None,
     dynamic: bool | None = None,
     fullgraph: bool = False,
     options: dict[str, Any] | None = None,
@@ -91,13 +91,16 @@ def compile(  # noqa: A001 - the public name is tp.compile
     Args:
         fn: the function (or use ``@tp.compile(...)`` as a decorator).
         backend: a registered name (``"tvm"``, ``"eager"``, plugins) or a callable
-            ``backend(graph_module, example_inputs, **options)``.
+            ``backend(graph_module, example_inputs, **options)``. Default: ``"tvm"`` where
+            it can run (a supported apache-tvm is installed), else ``"eager"`` with a
+            one-time ``UserWarning`` saying why; chosen at the first call.
         dynamic: ``True`` keys the cache on ranks instead of shapes, so one artifact (one
             symbolic-shape kernel per region) serves every size; ``None``/``False``
             specialise on shapes.
         fullgraph: raise ``GraphCaptureError`` when ``fn`` cannot be captured instead of
             running it eagerly.
-        options: backend options; an unknown key raises ``ValueError`` naming it.
+        options: backend options; an unknown key raises ``ValueError`` naming it. With
+            the default backend they are the ``"tvm"`` backend's, unused under ``"eager"``.
         strict: any fallback (a node the backend could not lower, a capture failure, the
             recompile limit) raises ``RuntimeError`` naming the node and the reason.
 
@@ -113,9 +116,14 @@ def compile(  # noqa: A001 - the public name is tp.compile
     """
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"tp.compile: options must be a dict, got {type(options).__name__}")
-    backend_fn = lookup_backend(backend)
-    name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
-    validate_options(backend_fn, name, options or {})
+    if backend is None:
+        # chosen at the first call: finding out whether TVM can run imports it (seconds)
+        backend_fn, name = None, "default"
+        validate_options(lookup_backend("tvm"), "tvm", options or {})
+    else:
+        backend_fn = lookup_backend(backend)
+        name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+        validate_options(backend_fn, name, options or {})
     settings = dict(
         backend=backend_fn,
         backend_name=name,
@@ -138,7 +146,7 @@ class CompiledFunction:
         self,
         fn: Callable,
         *,
-        backend: Callable,
+        backend: Callable | None,
         backend_name: str,
         dynamic: bool,
         fullgraph: bool,
@@ -244,6 +252,11 @@ class CompiledFunction:
 
     def _build(self, names: list, tensors: list, constants: dict, spec: tuple) -> tuple:
         """``(artifact, result)``; ``result`` is ``_NOT_RUN`` unless building ran the call."""
+        if self._backend is None:  # the default: warns from the user's call when not TVM
+            self.backend_name = default_backend(stacklevel=3)
+            self._backend = lookup_backend(self.backend_name)
+            if self.backend_name != "tvm":
+                self.options = {}
         try:
             gm, shape_specialized = self._trace(names, tensors, constants)
         except GraphCaptureError as e:

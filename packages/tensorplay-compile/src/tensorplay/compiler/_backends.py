@@ -11,10 +11,12 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import inspect
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from tensorplay.compiler._report import ReportRow
+from tensorplay.compiler._tvm_env import tvm_status
 from tensorplay.graph import GraphModule, Interpreter
 from tensorplay.graph._graph import Node
 
@@ -22,6 +24,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "InvalidBackend",
     "barrier_kind",
+    "default_backend",
     "list_backends",
     "lookup_backend",
     "register_backend",
@@ -31,6 +34,7 @@ __all__ = [
 ENTRY_POINT_GROUP = "tensorplay.compiler_backends"
 _REGISTRY: dict[str, Callable] = {}
 _entry_points_loaded = False
+_default_noted = False  # the note that the default runs as "eager" is given once per process
 
 
 class InvalidBackend(ValueError):
@@ -112,6 +116,31 @@ def lookup_backend(name: str | Callable) -> Callable:
             f"with tensorplay.compiler.register_backend or the {ENTRY_POINT_GROUP!r} entry point"
         )
     return fn
+
+
+def default_backend(*, stacklevel: int = 1) -> str:
+    """The backend ``tp.compile`` uses when none is named: ``"tvm"`` where it can run.
+
+    Elsewhere (apache-tvm not installed, an unsupported version, tilelang's bundled tvm)
+    it is ``"eager"``, and the first such choice in a process warns once
+    (``UserWarning``) with the reason and what installing the TVM extra would give.
+    Imports tvm when it is installed. ``stacklevel`` 1 attributes the warning to the caller.
+    """
+    global _default_noted
+    status = tvm_status()
+    if status:
+        return "tvm"
+    if not _default_noted:
+        _default_noted = True
+        warnings.warn(
+            "tp.compile: the default backend runs as 'eager' (the graph interpreter, no "
+            f"fused kernels) because {status.reason}. {status.fix} That gives the 'tvm' "
+            "backend, which compiles chains of pointwise ops into fused kernels. Pass "
+            "backend='eager' to choose eager explicitly and silence this note.",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
+    return "eager"
 
 
 def validate_options(backend: Callable, name: str, options: dict[str, Any]) -> None:

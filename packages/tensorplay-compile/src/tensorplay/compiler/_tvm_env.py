@@ -1,7 +1,8 @@
 """Finding a usable apache-tvm: import, version, API check, the tilelang hazard, threads, targets.
 
 ``tvm_status()`` is the one answer to "can the TVM backend run here, and if not, why and
-what fixes it"; ``backend="tvm"`` raises its reason (``load_tvm``).
+what fixes it": ``tp.compile``'s default backend asks it to choose between ``"tvm"`` and
+``"eager"``, and ``backend="tvm"`` raises its reason (``load_tvm``).
 
 A ``tvm`` that imports is usable when its version is in ``SUPPORTED`` (the range the
 ``[tvm]`` extra installs and the tests run with) and it has the API the lowering uses.
@@ -108,7 +109,7 @@ def load_tvm() -> ModuleType:
     if tvm is None:
         raise RuntimeError(
             f"the TVM backend cannot run: {status.reason}. {status.fix} Or compile with "
-            "backend='eager'."
+            "backend='eager', or leave backend unset to use TVM only where it can run."
         )
     return tvm
 
