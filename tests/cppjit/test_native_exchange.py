@@ -1,8 +1,9 @@
 """Both ways TensorPlay tensors cross into kernels: through tensorplay._C's DLPack exchange
 table (tvm-ffi converts them in C; read-only/misaligned/meta tensors are refused by the
 table), and, with
-TENSORPLAY_PURE_PYTHON=1 (no table), through cpp_jit's own conversion wrapper: the kernel,
-seed and composition tests run again that way in a subprocess."""
+TENSORPLAY_PURE_PYTHON=1 (no table), through cpp_jit's own conversion wrapper: the kernel
+and seed tests run again that way in a subprocess (the composition with tensorplay.library
+does so in tests/integration/test_cppjit_custom_op.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ def test_kernel_tests_pass_without_the_native_table(cache_dir):
         "test_kernels.py",
         "test_kernel_safety.py",
         "test_seed_examples.py",
-        "test_library_compose.py",
     ]
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *files],

@@ -259,16 +259,6 @@ def test_aot_dispatch_dynamic_without_compile_is_an_explicit_skip(qualname, monk
     assert failures == {}
 
 
-def test_aot_dispatch_dynamic_with_the_real_tracer(qualname):
-    graph = pytest.importorskip("tensorplay.graph")
-    if not hasattr(graph, "Tracer"):
-        pytest.skip("tensorplay-compile has no Tracer in this checkout")
-    op = _good(qualname)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert library.opcheck(op, (tp.randn(4), tp.randn(4)), test_utils="all") == {}
-
-
 def test_gradcheck_catches_a_wrong_formula(qualname):
     op = library.custom_op(qualname(), lambda x: x * x)
     op.register_autograd(lambda ctx, g: g * 3)  # wrong: d(x*x)/dx = 2x

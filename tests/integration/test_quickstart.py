@@ -1,4 +1,7 @@
-"""The README demo (examples/quickstart.py) runs and shows the extension path."""
+"""The README demo (examples/quickstart.py) runs and shows the extension path.
+
+Cross-component: the demo uses tensorplay.library, then runs examples/demo_cpp_jit.py
+(tensorplay-cppjit) and examples/demo_compile.py (tensorplay-compile)."""
 
 from __future__ import annotations
 

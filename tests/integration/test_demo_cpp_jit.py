@@ -1,4 +1,7 @@
-"""examples/demo_cpp_jit.py (called by the README quickstart demo) runs and is re-runnable."""
+"""examples/demo_cpp_jit.py (called by the README quickstart demo) runs and is re-runnable.
+
+Cross-component: the demo wraps its cpp_jit kernel (tensorplay-cppjit) as a custom_op
+(tensorplay-library)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,31 @@
 """Under graph capture and tp.compile each tpk op is one opaque node (Triton and TileLang
 launches are never traced into); report() names the route, and the compiled run gives
-the eager values. The seed's debugging order: eager vs default, capture, marker, run."""
+the eager values. The seed's debugging order: eager vs default, capture, marker, run.
+
+Cross-component: tensorplay-kernels + tensorplay-compile (tensorplay.graph, tp.compile)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from kernel_helpers import rand
 
 import tensorplay as tp
+from tensorplay import graph
+from tensorplay.kernels import triton_unavailable_reason
 
-graph = pytest.importorskip("tensorplay.graph", reason="tensorplay-compile is not installed")
+
+def rand(*shape: int, seed: int = 0):
+    """A float32 tensor of normal values and its float64 numpy copy (the oracle's input)."""
+    values = np.random.default_rng(seed).standard_normal(shape)
+    t = tp.tensor(values, dtype=tp.float64).to(tp.float32)
+    return t, t.to(tp.float64).numpy()
+
+
+@pytest.fixture
+def cpu_triton() -> None:
+    why = triton_unavailable_reason("cpu")
+    if why is not None:
+        pytest.skip(f"Triton interpreter not available: {why}")
 
 
 def _calls(gm):

@@ -1,6 +1,9 @@
 """tpk::axpby: a C++ (CPU) and CUDA C (GPU) kernel built with cpp_jit, registered as a
 custom_op with fake and autograd; the CUDA library is compiled here when nvcc exists
-and run on a GPU when there is one."""
+and run on a GPU when there is one.
+
+Cross-component: tensorplay-kernels builds this operator with tensorplay-cppjit, which it
+does not declare (tpk::axpby works where both are installed)."""
 
 from __future__ import annotations
 
@@ -9,13 +12,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from kernel_helpers import rand
 
 import tensorplay as tp
 from tensorplay import library
 from tensorplay.kernels import _ops_cuda_c
+from tensorplay.utils import cpp_jit
 
-cpp_jit = pytest.importorskip("tensorplay.utils.cpp_jit")
+
+def rand(*shape: int, device: str = "cpu", seed: int = 0):
+    """A float32 tensor of normal values and its float64 numpy copy (the oracle's input)."""
+    values = np.random.default_rng(seed).standard_normal(shape)
+    t = tp.tensor(values, dtype=tp.float64).to(tp.float32).to(device)
+    return t, t.cpu().to(tp.float64).numpy()
 
 
 @pytest.fixture

@@ -1,17 +1,24 @@
 """The seed's recipe: a custom_op whose body allocates and calls a cpp_jit kernel, with
-register_fake and register_autograd, passes opcheck and compiles as one opaque node."""
+register_fake and register_autograd, passes opcheck and compiles as one opaque node.
+
+Cross-component: tensorplay-cppjit + tensorplay-library + tensorplay-compile. Run again
+with TENSORPLAY_PURE_PYTHON=1 (tp.Tensor without tensorplay._C's DLPack exchange table, so
+the kernel gets tensors through cpp_jit's own conversion), as tests/cppjit does for its
+kernel tests (test_native_exchange.py)."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tensorplay as tp
+from tensorplay import library
 from tensorplay.utils import cpp_jit
-
-library = pytest.importorskip("tensorplay.library")
-if not hasattr(library, "custom_op"):
-    pytest.skip("tensorplay.library.custom_op not available", allow_module_level=True)
 
 SRC = r"""
 void scale_into(tvm::ffi::TensorView x, tvm::ffi::TensorView y, double factor) {
@@ -91,3 +98,26 @@ def test_compiles_as_one_opaque_node(scale):
     np.testing.assert_allclose(compiled(x).numpy(), x.numpy() * 2 + 1, rtol=1e-6)
     routes = {row.op: row.route for row in compiled.report()}
     assert routes.get("cppjit_test::scale") == "custom_op", routes
+
+
+@pytest.mark.slow
+def test_passes_without_the_native_table(cache_dir):
+    if not cpp_jit.is_available():
+        pytest.skip("apache-tvm-ffi not installed")
+    if os.environ.get("TENSORPLAY_PURE_PYTHON") == "1":
+        pytest.skip("this run is the pure-Python one already")
+    env = {
+        **os.environ,
+        "TENSORPLAY_PURE_PYTHON": "1",
+        "TENSORPLAY_TEST_CACHE_DIR": str(cache_dir),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", Path(__file__).name],
+        cwd=Path(__file__).parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert " passed" in out.stdout and "failed" not in out.stdout
