@@ -108,3 +108,20 @@ def test_cpp_jit_imports_when_installed():
     from tensorplay.utils import cpp_jit
 
     assert cpp_jit.__name__ == "tensorplay.utils.cpp_jit"
+
+
+# ---- `python -m tensorplay` names the backend tp.compile uses by default ----------------------
+
+
+def test_report_names_the_default_compile_backend_and_why():
+    from tensorplay.__main__ import probe_compile_backend
+    from tensorplay.compiler import tvm_status
+
+    status = tvm_status()
+    line = probe_compile_backend(check_import=True)
+    if status:
+        assert line == f"tvm: {status}", line
+    else:
+        assert line == f"eager (TVM {status})", line
+        assert "not usable" in line and "pip install" in line
+    assert probe_compile_backend(check_import=False) == "not checked (--no-import)"

@@ -201,6 +201,34 @@ def probe_component(dist: str, module: str, check_import: bool) -> str:
     return f"{installed}; import {module}: " + ("ok" if why is None else f"fails: {why}")
 
 
+def probe_compile_backend(check_import: bool) -> str:
+    """The backend ``tp.compile`` uses by default here, and why (tensorplay-compile decides
+    whether its TVM backend can run: version range, a broken install, tilelang's tvm)."""
+    if importlib.util.find_spec("tensorplay.compiler") is None:
+        return "tensorplay-compile is not installed"
+    if not check_import:
+        return "not checked (--no-import)"
+    code = "from tensorplay.compiler import tvm_status as s; t = s(); print(bool(t)); print(t)"
+    try:
+        r = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=_IMPORT_TIMEOUT,
+            env=os.environ.copy(),
+        )
+    except subprocess.TimeoutExpired:
+        return f"checking TVM timed out after {_IMPORT_TIMEOUT}s"
+    if r.returncode != 0:
+        return f"checking TVM failed: {_last_line(r.stderr)}"
+    usable, _, status = r.stdout.strip().partition("\n")
+    return (
+        ("tvm: " if usable == "True" else "eager (TVM ")
+        + status
+        + ("" if usable == "True" else ")")
+    )
+
+
 # ---- report --------------------------------------------------------------------------------------
 
 
@@ -242,6 +270,7 @@ def collect(check_imports: bool = True) -> dict:
             for label, mod, dists in PACKAGES
         ]
         caps += [
+            ("tp.compile default", pool.submit(_safe, probe_compile_backend, check_imports)),
             ("C/C++ compiler", pool.submit(_safe, probe_compiler)),
             ("nvcc", pool.submit(_safe, probe_nvcc)),
             ("ninja", pool.submit(_safe, probe_ninja)),
