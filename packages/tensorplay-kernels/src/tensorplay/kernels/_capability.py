@@ -45,6 +45,11 @@ def interpreting() -> bool:
     return bool(triton.knobs.runtime.interpret)
 
 
+def _install_extra(extra: str) -> str:
+    # by local path: our distributions are not on an index (PyPI's `tensorplay` is unrelated)
+    return f"pip install './packages/tensorplay-kernels[{extra}]' from a TensorPlay checkout"
+
+
 @functools.cache
 def _triton_installed() -> bool:
     return importlib.util.find_spec("triton") is not None
@@ -53,7 +58,7 @@ def _triton_installed() -> bool:
 def triton_unavailable_reason(device_type: str = "cpu") -> str | None:
     """Why Triton kernels cannot run on ``device_type`` here (None: they can)."""
     if not _triton_installed():
-        return "Triton is not installed (pip install 'tensorplay-kernels[triton]')"
+        return f"Triton is not installed ({_install_extra('triton')})"
     if device_type == "cuda":
         why = _device.cuda_unavailable_reason()
         if why is not None:
@@ -76,7 +81,7 @@ def tilelang_unavailable_reason() -> str | None:
     """Why TileLang kernels cannot run here (None: they can)."""
     if importlib.util.find_spec("tilelang") is None:
         return (
-            "TileLang is not installed (pip install 'tensorplay-kernels[tilelang]'; it "
+            f"TileLang is not installed ({_install_extra('tilelang')}; it "
             "requires torch and a CUDA GPU)"
         )
     why = _device.cuda_unavailable_reason()

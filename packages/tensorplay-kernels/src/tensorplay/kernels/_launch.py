@@ -266,7 +266,9 @@ def _patch_interpreter_index() -> None:
     original = interpreter._patch_lang_tensor
 
     def patch_lang_tensor(tensor: Any, *args: Any, **kwargs: Any) -> None:
-        original(tensor, *args, **kwargs)  # 3.5 passes (tensor, builder, scope), 3.6 (tensor, scope)
+        original(
+            tensor, *args, **kwargs
+        )  # 3.5 passes (tensor, builder, scope), 3.6 (tensor, scope)
         tensor.__index__ = lambda self: int(self.handle.data.item())
 
     interpreter._patch_lang_tensor = patch_lang_tensor

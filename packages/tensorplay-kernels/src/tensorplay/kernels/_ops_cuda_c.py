@@ -94,7 +94,8 @@ def _module(device_type: str) -> Any:
 
     if not cpp_jit.is_available():
         raise RuntimeError(
-            "tpk::axpby: the C++/CUDA kernel needs apache-tvm-ffi (pip install 'tensorplay-cppjit')"
+            "tpk::axpby: the C++/CUDA kernel is built by cpp_jit, whose engine apache-tvm-ffi "
+            "does not import here: pip install apache-tvm-ffi ninja"
         )
     if device_type == "cuda":
         return cpp_jit.load_inline(
