@@ -169,35 +169,6 @@ def test_library_op_is_a_barrier_between_two_kernels():
     assert op.calls == 2  # once in the compiled call, once eagerly
 
 
-def test_real_custom_op_in_the_middle_of_a_chain():
-    library = pytest.importorskip("tensorplay.library")
-    name = "compile_tests::scaled"
-    op = library.get_op(name) if library.has_op(name) else None
-    if op is None:
-
-        @library.custom_op(name, mutates_args=())
-        def op(x: tp.Tensor) -> tp.Tensor:
-            return tp.mul(x, 2.0)
-
-        op.register_fake(lambda x: tp.empty_like(x))
-        op.register_autograd(lambda ctx, g: (tp.mul(g, 2.0),))
-
-    def f(x):
-        return op(x.exp() + 1).tanh() * x
-
-    x = tp.randn(32, requires_grad=True)
-    cf = tp.compile(f, backend="tvm")
-    y = cf(x)
-    report = cf.report()
-    assert [r.route for r in report] == ["tvm", "tvm", "custom_op", "tvm", "tvm"]
-    assert "fusion barrier" in report["compile_tests_scaled"].reason
-    y.sum().backward()
-    got = x.grad.numpy().copy()
-    x.grad = None
-    f(x).sum().backward()
-    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-5, atol=1e-6)
-
-
 def test_reductions_run_in_the_interpreter_between_regions():
     def f(x):
         a = (x * 2).exp()
