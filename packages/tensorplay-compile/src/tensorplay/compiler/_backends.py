@@ -15,15 +15,15 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from tensorplay.compiler._barriers import barrier_kind
 from tensorplay.compiler._report import ReportRow
+from tensorplay.compiler._tvm_backend import compile_graph
 from tensorplay.compiler._tvm_env import tvm_status
 from tensorplay.graph import GraphModule, Interpreter
-from tensorplay.graph._graph import Node
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "InvalidBackend",
-    "barrier_kind",
     "default_backend",
     "list_backends",
     "lookup_backend",
@@ -166,18 +166,6 @@ def validate_options(backend: Callable, name: str, options: dict[str, Any]) -> N
             )
 
 
-def barrier_kind(node: Node) -> str | None:
-    """``"custom_op"`` / ``"triton_op"`` / ``"tile_lang_op"`` for library-op nodes, else None."""
-    if node.op != "call_function" or not node.meta.get("opaque", False):
-        return None
-    target = node.target
-    if getattr(target, "is_triton_op", False):
-        return "triton_op"
-    if getattr(target, "is_tile_lang_op", False):
-        return "tile_lang_op"
-    return "custom_op"
-
-
 def interpreter_rows(gm: GraphModule, reason: str) -> list[ReportRow]:
     """Every node run by the interpreter, saying ``reason`` (library ops keep their route)."""
     rows = []
@@ -220,8 +208,6 @@ def tvm(
     ``num_threads`` (TVM's CPU thread pool size; default: all cores), ``fast_math``
     (vectorisable polynomial exp/tanh/sigmoid/gelu in float32), ``vector_lanes``.
     """
-    from tensorplay.compiler._tvm_backend import compile_graph  # noqa: PLC0415 - optional dep
-
     return compile_graph(
         gm,
         example_inputs,

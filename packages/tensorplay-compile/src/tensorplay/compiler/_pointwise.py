@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
-from tensorplay.compiler._backends import barrier_kind
+from tensorplay.compiler._barriers import barrier_kind
 from tensorplay.graph._graph import Graph, Node
 
 __all__ = ["Plan", "PointwiseOp", "Region", "normalise", "partition"]

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
-from tensorplay.compiler._backends import barrier_kind
+from tensorplay.compiler._barriers import barrier_kind
 from tensorplay.compiler._pointwise import Plan, Region, partition
 from tensorplay.compiler._report import ReportRow
 from tensorplay.compiler._tvm_env import configure_threads, load_tvm, resolve_target

@@ -173,6 +173,7 @@ def resolve_target(tvm: ModuleType, target: Any, device_type: str) -> Any:
     if isinstance(target, tvm.target.Target):
         return target
     if target == "llvm":
+        # tvm is optional: its submodules are imported only once load_tvm() has found it
         from tvm.target import codegen  # noqa: PLC0415
 
         return tvm.target.Target({"kind": "llvm", "mcpu": codegen.llvm_get_system_cpu()})

@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import tensorplay as tp
+
 __all__ = ["Graph", "Node", "is_name", "map_args", "target_name"]
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "output")
@@ -251,8 +253,6 @@ class Graph:
 
         Raises ``ValueError`` naming a node whose name is not a usable identifier.
         """
-        import tensorplay as tp  # noqa: PLC0415 - the graph package imports core lazily
-
         self._check_names()
         env: dict[str, Any] = {"tp": tp, "operator": operator}
         taken = {n.name for n in self.nodes}

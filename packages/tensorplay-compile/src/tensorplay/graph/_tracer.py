@@ -29,6 +29,7 @@ from typing import Any
 import tensorplay as tp
 from tensorplay import _capture
 from tensorplay._capture import GraphCaptureError
+from tensorplay._dispatch import OPS
 from tensorplay.graph._graph import Graph, Node, map_args
 from tensorplay.graph._module import GraphModule
 
@@ -167,8 +168,6 @@ class Proxy(_capture.Proxy):
 
 def _install_operators() -> None:
     """Give ``Proxy`` every operator ``Tensor`` has, recording the op's function."""
-    from tensorplay._dispatch import OPS  # noqa: PLC0415 - the op table is core's
-
     for row in OPS.values():
         for dunder in row.dunders:
             if dunder.startswith("__i") and dunder not in ("__invert__",):
