@@ -16,10 +16,11 @@ import math
 from tensorplay._dispatch import OPS
 from tensorplay._factories import zeros
 from tensorplay._native import any_requires_grad
-from tensorplay._optable import _cells, local_names
 from tensorplay._tensor import Tensor
 from tensorplay._views import as_strided_params
 from tensorplay.autograd import grad_mode
+from tensorplay.autograd._derivatives import storage_cells as _cells
+from tensorplay.autograd._formula_reads import local_names
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
     needs_forward,
     overwrite as forward_overwrite,

@@ -16,9 +16,9 @@ from collections import namedtuple
 
 from tensorplay import _dispatch
 from tensorplay._factories import zeros, zeros_like
-from tensorplay._optable import _cells
 from tensorplay._tensor import Tensor
 from tensorplay._views import as_strided_params
+from tensorplay.autograd._derivatives import storage_cells as _cells
 
 __all__ = [
     "dual_level",

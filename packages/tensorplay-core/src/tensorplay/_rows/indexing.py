@@ -1,0 +1,297 @@
+"""Indexing rows along a dim: ``gather``, ``scatter``, ``index_select``, ``masked_fill``.
+
+Index tensors are checked as torch checks them (dtype, rank, bounds; no wrapping of negative
+indices); a 0-d input, index or src counts as 1-d of size 1, as in torch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorplay import _dtype as D, _meta as M
+from tensorplay._dispatch import OpDef
+from tensorplay._factories import zeros
+from tensorplay._rows import row_maker
+from tensorplay.autograd._derivatives import cat, needs, same_op_jvp, where, zeros_like
+
+ROWS: list[OpDef] = []
+op = row_maker(ROWS)
+
+
+def _check_index(name, index, arg="index"):
+    if index.dtype.name not in ("int64", "int32"):
+        raise RuntimeError(
+            f"{name}(): Expected dtype int32 or int64 for {arg}, got {index.dtype}; "
+            f"convert it with {arg}.long()"
+        )
+
+
+def _as_1d(shape) -> tuple:
+    """torch's gather/scatter read a 0-d tensor as 1-d of size 1 (``ensure_nonempty``)."""
+    return tuple(shape) or (1,)
+
+
+def _bounds(xp, idx, n, name, d):
+    # NOTE: no wrapping of negative indices: torch's gather/scatter/index_select refuse them
+    bad = (idx < 0) | (idx >= n)
+    if bool(bad.any()):
+        first = int(idx[bad].reshape(-1)[0])
+        raise RuntimeError(
+            f"{name}(): index {first} is out of bounds for dimension {d} with size {n}"
+            + (" (negative indices are not wrapped here)" if first < 0 and -n <= first else "")
+        )
+
+
+def _index_rank(name, index, input, what):
+    if len(_as_1d(index._shape)) != len(_as_1d(input._shape)):
+        raise RuntimeError(
+            f"{name}(): Index tensor must have the same number of dimensions as {what} tensor "
+            f"(got {index.dim()} and {input.dim()})"
+        )
+
+
+def _gather_shape(input, dim, index):
+    _check_index("gather", index)
+    d = M.wrap_dim(dim, input.dim(), "gather")
+    if index.numel() == 0:  # torch checks no shape for an empty index
+        return index._shape
+    _index_rank("gather", index, input, "input")
+    for i, (m, n) in enumerate(zip(_as_1d(index._shape), _as_1d(input._shape))):
+        if i != d and m > n:
+            raise RuntimeError(
+                f"gather(): Size does not match at dimension {i} expected index "
+                f"{list(index._shape)} to be smaller than self "
+                f"{list(input._shape)} apart from dimension {d}"
+            )
+    return index._shape
+
+
+def _gather(xp, a, dim, idx):
+    d = M.wrap_dim(dim, a.ndim, "gather")
+    if idx.size == 0:
+        return xp.empty(idx.shape, a.dtype)
+    a1, i1 = a.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    _bounds(xp, i1, a1.shape[d], "gather", d)
+    src = a1[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(i1.shape))]
+    return xp.take_along_axis(src, i1, axis=d).reshape(idx.shape)
+
+
+op(
+    "gather",
+    "input, dim, index",
+    n_inputs=3,
+    cast=(0,),
+    kernel=_gather,
+    shape=_gather_shape,
+    promote="first",
+    out=True,
+    # every gathered element sends its gradient back where it came from (added: an index
+    # may repeat)
+    vjp=lambda ctx, grad: (
+        zeros_like(ctx.inputs[0], dtype=grad.dtype).scatter(
+            ctx.inputs[1], ctx.inputs[2], grad, reduce="add"
+        ),
+        None,
+        None,
+    ),
+    jvp=same_op_jvp("gather"),
+)
+
+
+def _scatter_shape(input, dim, index, src=None, *, value=None, reduce=None):
+    _check_index("scatter", index)
+    d = M.wrap_dim(dim, input.dim(), "scatter")
+    if src is None and value is None:
+        raise TypeError("scatter(): provide src (a Tensor) or value (a number)")
+    if index.numel() == 0:  # nothing is written; torch checks no shape
+        return input._shape
+    _index_rank("scatter", index, input, "self")
+    at = _as_1d(index._shape)
+    wrong = any(i != d and m > n for i, (m, n) in enumerate(zip(at, _as_1d(input._shape))))
+    src_shape = getattr(src, "_shape", None)
+    if src_shape is not None and not wrong:
+        if len(_as_1d(src_shape)) < len(at):
+            raise IndexError(
+                f"scatter(): src of shape {list(src_shape)} has fewer dimensions than "
+                f"index {list(index._shape)}"
+            )
+        wrong = any(m > n for m, n in zip(at, _as_1d(src_shape)))
+    if wrong:
+        raise RuntimeError(
+            f"scatter(): Expected index {list(index._shape)} to be no larger than self "
+            f"{list(input._shape)} apart from dimension {d}"
+            + (f" and to be no larger size than src {list(src_shape)}" if src_shape else "")
+        )
+    return input._shape
+
+
+def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
+    d = M.wrap_dim(dim, a.ndim, "scatter")
+    if reduce not in (None, "add", "multiply"):
+        raise ValueError(f"reduce argument must be either add or multiply, got {reduce!r}")
+    out = a.copy()
+    if idx.size == 0:
+        return out
+    # a 0-d input, index or src is 1-d of size 1 (torch); ``flat`` is a view of ``out``
+    flat, idx = out.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    _bounds(xp, idx, flat.shape[d], "scatter", d)
+    # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
+    grid = [
+        xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, n in enumerate(idx.shape)
+    ]
+    grid[d] = idx
+    vals = value if src is None else src.reshape(_as_1d(src.shape))[tuple(map(slice, idx.shape))]
+    if reduce is None:
+        flat[tuple(grid)] = vals
+        return out
+    accumulate = np.add.at if reduce == "add" else np.multiply.at
+    if xp is np:
+        accumulate(flat, tuple(grid), vals)
+        return out
+    # CuPy's ufunc.at knows add on a few dtypes only and no multiply: accumulate on the host
+    host = flat.get()
+    accumulate(host, tuple(g.get() for g in grid), vals.get() if hasattr(vals, "get") else vals)
+    return xp.asarray(host).reshape(a.shape)
+
+
+def _scatter_reduce_check(ctx):
+    if ctx.params["reduce"] == "multiply":
+        raise NotImplementedError(
+            "the derivative of scatter(reduce='multiply') is not implemented (torch has none)"
+        )
+
+
+def _pad_to(g, shape):
+    """``g`` in the leading corner of zeros of ``shape`` (scatter reads only that corner of
+    src; a 0-d src is read as 1-d)."""
+    if g.dim() != len(shape):
+        g = g.reshape(_as_1d(g.shape) if shape else ())
+    for d, (m, n) in enumerate(zip(g.shape, shape)):
+        if m != n:
+            pad = list(g.shape)
+            pad[d] = n - m
+            g = cat([g, zeros(pad, dtype=g.dtype, device=g.device)], d)
+    return g
+
+
+def _scatter_vjp(ctx, grad):
+    _scatter_reduce_check(ctx)
+    x, dim, index, src = ctx.inputs
+    # plain scatter overwrites: the overwritten elements of x get no gradient
+    gx = grad if ctx.params["reduce"] == "add" else grad.scatter(dim, index, value=0)
+    gsrc = _pad_to(grad.gather(dim, index), tuple(src.shape)) if needs(ctx)[3] else None
+    return gx, None, None, gsrc
+
+
+def _scatter_jvp(ctx, tx, _dim, _index, tsrc):
+    _scatter_reduce_check(ctx)
+    x, dim, index, src = ctx.inputs
+    if tx is None and tsrc is None:
+        return None
+    tx = zeros_like(x) if tx is None else tx
+    if src is None:
+        return tx.scatter(dim, index, value=0)
+    tsrc = zeros_like(src) if tsrc is None else tsrc
+    return tx.scatter(dim, index, tsrc, reduce=ctx.params["reduce"])
+
+
+op(
+    "scatter",
+    "input, dim, index, src=None, *, value=None, reduce=None",
+    n_inputs=4,
+    cast=(0, 3),
+    kernel=_scatter,
+    shape=_scatter_shape,
+    promote="first",
+    inplace=True,
+    vjp=_scatter_vjp,
+    jvp=_scatter_jvp,
+)
+
+
+def _index_select_shape(input, dim, index):
+    if index.dim() > 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    _check_index("index_select", index)
+    d = M.wrap_dim(dim, input.dim(), "index_select")
+    n = index.numel()
+    if not input._shape:
+        if n != 1:
+            raise RuntimeError(
+                f"index_select(): Index to scalar can have only 1 value, got {n} value(s)"
+            )
+        return ()
+    return input._shape[:d] + (n,) + input._shape[d + 1 :]
+
+
+def _index_select(xp, a, dim, idx):
+    d = M.wrap_dim(dim, a.ndim, "index_select")
+    _bounds(xp, idx, a.shape[d] if a.ndim else 1, "index_select", d)
+    if a.ndim == 0:
+        return a.copy()
+    return xp.take(a, idx.reshape(-1), axis=d)
+
+
+op(
+    "index_select",
+    "input, dim, index",
+    n_inputs=3,
+    cast=(0,),
+    kernel=_index_select,
+    shape=_index_select_shape,
+    promote="first",
+    out=True,
+    vjp=lambda ctx, grad: (_index_select_vjp(*ctx.inputs, grad), None, None),
+    jvp=same_op_jvp("index_select"),
+)
+
+
+def _index_select_vjp(x, dim, index, grad):
+    # added back along dim at the selected positions (an index may repeat)
+    if x.dim() == 0:
+        return grad
+    d = M.wrap_dim(dim, x.dim(), "index_select")
+    along = [1] * x.dim()
+    along[d] = -1
+    index = index.long().reshape(along).expand(*grad.shape)
+    return zeros_like(x, dtype=grad.dtype).scatter(d, index, grad, reduce="add")
+
+
+def _masked_fill_shape(input, mask, value):
+    if mask.dtype is not D.bool:
+        raise RuntimeError(f"masked_fill(): expected mask dtype to be Bool but got {mask.dtype}")
+    if hasattr(value, "_shape") and value.dim() != 0:
+        raise RuntimeError(
+            f"masked_fill(): only supports a 0-dimensional value tensor, but got "
+            f"tensor with {value.dim()} dimension(s)."
+        )
+    shape = M.broadcast_shapes(input._shape, mask._shape, op="masked_fill")
+    if shape != input._shape:
+        raise RuntimeError(
+            f"masked_fill(): mask of shape {list(mask._shape)} cannot broadcast to "
+            f"input of shape {list(input._shape)}"
+        )
+    return shape
+
+
+op(
+    "masked_fill",
+    "input, mask, value",
+    n_inputs=3,
+    cast=(0, 2),
+    promote="first",
+    kernel=lambda xp, a, m, v: xp.where(m, v, a),
+    scalar_check="ihfc",
+    shape=_masked_fill_shape,
+    inplace=True,
+    vjp=lambda ctx, grad: (
+        grad.masked_fill(ctx.inputs[1], 0) if needs(ctx)[0] else None,
+        None,
+        where(ctx.inputs[1], grad, 0.0) if needs(ctx)[2] else None,
+    ),
+    jvp=lambda ctx, tx, tmask, tv: (
+        None
+        if tx is None and tv is None
+        else where(ctx.inputs[1], 0.0 if tv is None else tv, 0.0 if tx is None else tx)
+    ),
+)

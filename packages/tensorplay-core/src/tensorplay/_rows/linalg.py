@@ -1,0 +1,299 @@
+"""Linear algebra rows: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``, ``einsum``."""
+
+from __future__ import annotations
+
+import math
+
+from tensorplay import _dtype as D, _meta as M
+from tensorplay._dispatch import OpDef
+from tensorplay._factories import eye, ones
+from tensorplay._rows import row_maker
+from tensorplay.autograd._derivatives import (
+    bilinear_jvp,
+    conj,
+    einsum,
+    needs,
+    pointwise_rule,
+    total,
+)
+
+ROWS: list[OpDef] = []
+op = row_maker(ROWS)
+
+
+# ---- linear algebra ----------------------------------------------------------------------
+
+
+def _matmul_shape(input, other):
+    a, b = input._shape, other._shape
+    if not a or not b:
+        raise RuntimeError(
+            f"matmul(): both arguments to matmul need to be at least 1D, but they "
+            f"are {len(a)}D and {len(b)}D"
+        )
+    ka = a[-1]
+    kb = b[0] if len(b) == 1 else b[-2]
+    if ka != kb:
+        raise RuntimeError(
+            f"matmul(): mat1 and mat2 shapes cannot be multiplied ({_fmt2(a)} and {_fmt2(b)})"
+        )
+    if len(a) == 1 and len(b) == 1:
+        return ()
+    if len(b) == 1:
+        return a[:-1]
+    if len(a) == 1:
+        return b[:-2] + b[-1:]
+    batch = M.broadcast_shapes(a[:-2], b[:-2], op="matmul")
+    return batch + (a[-2], b[-1])
+
+
+def _fmt2(s):
+    return f"{math.prod(s[:-1]) if len(s) > 1 else 1}x{s[-1]}"
+
+
+def _mm_shape(name, ndim):
+    def shape(input, other):
+        if input.dim() != ndim or other.dim() != ndim:
+            raise RuntimeError(
+                f"{name}(): expected {ndim}D tensors, got {input.dim()}D and {other.dim()}D"
+            )
+        if ndim == 3 and input._shape[0] != other._shape[0]:
+            raise RuntimeError(f"bmm(): batch sizes differ: {input._shape[0]} vs {other._shape[0]}")
+        return _matmul_shape(input, other)
+
+    return shape
+
+
+def _dot_shape(input, other):
+    if input.dim() != 1 or other.dim() != 1:
+        raise RuntimeError(
+            f"dot(): 1D tensors expected, but got {input.dim()}D and {other.dim()}D tensors"
+        )
+    if input._shape != other._shape:
+        raise RuntimeError(
+            f"dot(): inconsistent tensor size, expected tensor [{input._shape[0]}] "
+            f"and src [{other._shape[0]}] to have the same number of elements"
+        )
+    return ()
+
+
+def _matmul_vjp(ctx, grad):
+    # 1-D operands act as a row (left) / column (right) matrix; batch dimensions that were
+    # broadcast are summed by autograd (fit_grad)
+    a, b = ctx.inputs
+    a2 = a.unsqueeze(0) if a.dim() == 1 else a
+    b2 = b.unsqueeze(-1) if b.dim() == 1 else b
+    g = grad.unsqueeze(-1) if b.dim() == 1 else grad
+    g = g.unsqueeze(-2) if a.dim() == 1 else g
+    ga = g @ conj(b2).mT if needs(ctx)[0] else None
+    gb = conj(a2).mT @ g if needs(ctx)[1] else None
+    if ga is not None and a.dim() == 1:
+        ga = ga.squeeze(-2)
+    if gb is not None and b.dim() == 1:
+        gb = gb.squeeze(-1)
+    return ga, gb
+
+
+_mm = dict(n_inputs=2, promote="same", allow="ifc", out=True, vjp=_matmul_vjp)
+op(
+    "matmul",
+    "input, other",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_matmul_shape,
+    dunders=("__matmul__", "__rmatmul__"),
+    jvp=bilinear_jvp("matmul"),
+    **_mm,
+)
+op(
+    "mm",
+    "input, mat2",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_mm_shape("mm", 2),
+    jvp=bilinear_jvp("mm"),
+    **_mm,
+)
+op(
+    "bmm",
+    "input, mat2",
+    kernel=lambda xp, a, b: xp.matmul(a, b),
+    shape=_mm_shape("bmm", 3),
+    jvp=bilinear_jvp("bmm"),
+    **_mm,
+)
+op(
+    "dot",
+    "input, other",
+    kernel=lambda xp, a, b: xp.dot(a, b),
+    shape=_dot_shape,
+    jvp=bilinear_jvp("dot"),
+    **dict(_mm, vjp=pointwise_rule(lambda a, b: b, lambda a, b: a)["vjp"]),
+)
+
+
+def _outer_shape(input, vec2):
+    if input.dim() != 1 or vec2.dim() != 1:
+        raise RuntimeError(f"outer(): expected 1D vectors, got {input.dim()}D and {vec2.dim()}D")
+    return input._shape + vec2._shape
+
+
+op(
+    "outer",
+    "input, vec2",
+    n_inputs=2,
+    kernel=lambda xp, a, b: xp.multiply.outer(a, b),
+    shape=_outer_shape,
+    out=True,
+    vjp=lambda ctx, grad: (
+        grad @ conj(ctx.inputs[1]) if needs(ctx)[0] else None,
+        conj(ctx.inputs[0]) @ grad if needs(ctx)[1] else None,
+    ),
+    jvp=bilinear_jvp("outer"),
+)
+
+
+def _einsum_shape(*operands, equation):
+    if not isinstance(equation, str):
+        raise TypeError(f"einsum(): equation must be a string, got {type(equation).__name__}")
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(operands):
+        raise RuntimeError(
+            f"einsum(): {len(terms)} operands in the equation but {len(operands)} were given"
+        )
+    sizes: dict = {}
+    for term, t in zip(terms, operands):
+        letters = term.replace("...", "")
+        if "..." not in term and len(letters) != t.dim():
+            raise RuntimeError(
+                f"einsum(): the number of subscripts in the equation "
+                f"({len(letters)}) does not match the number of dimensions "
+                f"({t.dim()}) for operand {operands.index(t)}"
+            )
+        for ch, n in zip(letters, t._shape[-len(letters) :] if letters else ()):
+            if sizes.setdefault(ch, n) != n and 1 not in (n, sizes[ch]):
+                raise RuntimeError(
+                    f"einsum(): operands do not broadcast for subscript {ch!r} ({sizes[ch]} vs {n})"
+                )
+            sizes[ch] = max(sizes[ch], n)
+    if "..." in equation:
+        return None  # computed by the kernel (rare; meta tensors reject it)
+    if not arrow:
+        rhs = "".join(sorted(c for c in sizes if lhs.count(c) == 1))
+    return tuple(sizes[c] for c in rhs)
+
+
+def _einsum_kernel(xp, *arrays, equation):
+    # spelled out: numpy cannot sum the dims of an ellipsis away ("...->")
+    terms, out, _ = _einsum_explicit(equation, arrays)
+    return xp.einsum(",".join(terms) + "->" + out, *arrays)
+
+
+def _einsum_dtype(d, params):
+    """The result dtype of torch 2.13's einsum for integer and bool operands, which follows
+    its plan: a letter summed away that only one operand has is summed by that operand's
+    ``sum()`` (integers and bool accumulate in int64 there, as ``tp.sum`` does); operands
+    are then multiplied in turn (dtypes promote) and letters they share are contracted by
+    bmm/dot (no promotion: the dtypes must agree, and bool has no bmm)."""
+    if d.category > 1:
+        return M.same(d, params)
+    lhs, arrow, rhs = params["equation"].replace(" ", "").partition("->")
+    terms = [t.replace("...", ".") for t in lhs.split(",")]
+    if arrow:
+        out = set(rhs.replace("...", "."))
+    else:
+        out = {c for c in "".join(terms) if c == "." or lhs.count(c) == 1}
+    last = {c: i for i, t in enumerate(terms) for c in t}
+    owners = {c: sum(c in t for t in terms) for c in last}
+
+    def own_sum(i):  # the dtype of operand i after summing its private letters
+        private = any(c not in out and owners[c] == 1 for c in terms[i])
+        return D.int64 if private else d
+
+    result = own_sum(0)
+    for i in range(1, len(terms)):
+        operand = own_sum(i)
+        shared = [c for c in terms[i] if c not in out and owners[c] > 1 and last[c] == i]
+        if not shared:
+            result = D.promote_types(result, operand)
+        elif result is not operand:
+            raise RuntimeError(
+                f"einsum(): {params['equation']!r} on {d} operands contracts an int64 "
+                f"partial sum with a {d} operand, which torch refuses ('expected scalar "
+                "type Long'); convert the operands with .long() first"
+            )
+        elif result is D.bool:
+            raise NotImplementedError(
+                f"einsum(): {params['equation']!r} contracts bool operands (torch has no "
+                "bool bmm); convert them with .long() or .float() first"
+            )
+    return result, result
+
+
+def _einsum_explicit(equation, operands):
+    """(subscripts of each operand, of the output, unused letters): ``...`` spelled out in
+    letters the equation does not use, an implicit output made explicit (numpy's rule)."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = lhs.split(",")
+    free = [c for c in "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in lhs]
+    ndims = [len(t.shape) for t in operands]  # tensors or arrays
+    n_ell = max((n - len(s) + 3 for s, n in zip(terms, ndims) if "..." in s), default=0)
+    ell, free = "".join(free[:n_ell]), free[n_ell:]
+    terms = [
+        s.replace("...", ell[n_ell - (n - len(s) + 3) :]) if "..." in s else s
+        for s, n in zip(terms, ndims)
+    ]
+    if arrow:
+        out = rhs.replace("...", ell)
+    else:
+        out = ell + "".join(sorted(c for c in set(lhs) if c.isalpha() and lhs.count(c) == 1))
+    return terms, out, free
+
+
+def _einsum_vjp(ctx, grad):
+    """The gradient of operand i is an einsum of the output gradient with the other
+    operands, onto operand i's subscripts. A letter repeated in them (a diagonal, "ii")
+    gets a fresh letter tied to it by an identity matrix; a letter found nowhere else (summed
+    only there) gets a vector of ones, which broadcasts the gradient along it."""
+    ops = ctx.inputs
+    terms, out, free = _einsum_explicit(ctx.params["equation"], ops)
+    grads = []
+    for i, x in enumerate(ops):
+        if not needs(ctx)[i]:
+            grads.append(None)
+            continue
+        parts = [(s, conj(t)) for j, (s, t) in enumerate(zip(terms, ops)) if j != i]
+        parts.append((out, grad))
+        target, fresh = "", iter(free)
+        for c, n in zip(terms[i], x.shape):
+            if c in target:
+                f = next(fresh)
+                parts.append((c + f, eye(n, dtype=grad.dtype, device=grad.device)))
+                c = f
+            target += c
+        for c, n in zip(target, x.shape):
+            if not any(c in s for s, _ in parts):
+                parts.append((c, ones(n, dtype=grad.dtype, device=grad.device)))
+        spec = ",".join(s for s, _ in parts) + "->" + target
+        grads.append(einsum(spec, *(t for _, t in parts)))
+    return tuple(grads)
+
+
+def _einsum_jvp(ctx, *tangents):
+    ops, eq = ctx.inputs, ctx.params["equation"]
+    return total(
+        einsum(eq, *ops[:i], t, *ops[i + 1 :]) for i, t in enumerate(tangents) if t is not None
+    )
+
+
+op(
+    "einsum",
+    "equation, *operands",
+    n_inputs="star",
+    kernel=_einsum_kernel,
+    shape=_einsum_shape,
+    dtype=_einsum_dtype,
+    promote="same",
+    method=False,
+    vjp=_einsum_vjp,
+    jvp=_einsum_jvp,
+)

@@ -1,0 +1,747 @@
+"""Pointwise rows: arithmetic, transcendental functions, activations, clamp / where /
+rounding, predicates, comparisons and logic (``tp.add``, ``tp.exp``, ``tp.relu``, ``tp.eq``).
+
+``unary`` and ``binary`` build the common row: a numpy/CuPy ufunc of one tensor, or of two
+broadcast tensors/numbers. Derivatives are mostly partials (``pointwise_rule``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+
+import numpy as np
+
+from tensorplay import _dtype as D, _meta as M
+from tensorplay._dispatch import OpDef
+from tensorplay._rows import row_maker
+from tensorplay._tensor import Tensor
+from tensorplay.autograd._derivatives import (
+    ZERO_RULE,
+    bilinear_jvp,
+    conj,
+    full_like,
+    linear_pair_rule,
+    needs,
+    pointwise_rule,
+    real_jvp,
+    same_op_jvp,
+    sgn,
+    where,
+)
+
+ROWS: list[OpDef] = []
+op = row_maker(ROWS)
+
+
+def _pw_shape(name):
+    return functools.partial(M.pointwise_shape, name)
+
+
+def unary(name, kernel=None, *, ufunc=None, dtype=M.same, allow="bifc", **kw):
+    """A pointwise op of one tensor (``tp.exp``)."""
+    if kernel is None:
+        uf = ufunc or name
+        kernel = lambda xp, a: getattr(xp, uf)(a)  # noqa: E731
+    kw.setdefault("inplace", True)
+    return op(
+        name,
+        "input",
+        kernel=kernel,
+        shape=_pw_shape(name),
+        ufunc=ufunc,
+        dtype=dtype,
+        allow=allow,
+        out=True,
+        **kw,
+    )
+
+
+def binary(
+    name, kernel=None, *, ufunc=None, params="input, other", dtype=M.same, allow="bifc", **kw
+):
+    """A pointwise op of two broadcast tensors/scalars (``tp.add``)."""
+    if kernel is None:
+        uf = ufunc or name
+        kernel = lambda xp, a, b: getattr(xp, uf)(a, b)  # noqa: E731
+    kw.setdefault("inplace", True)
+    kw.setdefault("shape", _pw_shape(name))
+    return op(
+        name,
+        params,
+        kernel=kernel,
+        ufunc=ufunc,
+        dtype=dtype,
+        allow=allow,
+        out=True,
+        n_inputs=2,
+        **kw,
+    )
+
+
+def _no_int_zero_division(xp, b, op_name):
+    # the dispatcher prefixes "<op_name>(): " to kernel errors
+    if b.dtype.kind in "iub" and bool((b == 0).any()):
+        raise ZeroDivisionError("ZeroDivisionError: integer division by zero")
+
+
+# ---- arithmetic --------------------------------------------------------------------------
+
+
+def _times_alpha(b, alpha):
+    # torch converts alpha to the computation's dtype first: uint8 takes alpha=-1 as 255
+    # (wrapping, as the result does), bool takes any nonzero alpha as True
+    return b * D.scalar_array(alpha, D.from_numpy_dtype(b.dtype))[()]
+
+
+def _add(xp, a, b, alpha=1):
+    return xp.add(a, b) if alpha == 1 else a + _times_alpha(b, alpha)
+
+
+def _sub(xp, a, b, alpha=1):
+    return xp.subtract(a, b) if alpha == 1 else a - _times_alpha(b, alpha)
+
+
+def _div(xp, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return xp.true_divide(a, b)
+    if a.dtype.kind in "iub":
+        _no_int_zero_division(xp, b, "div")
+        if rounding_mode == "floor":
+            return xp.floor_divide(a, b)
+        q = xp.floor_divide(xp.abs(a), xp.abs(b))
+        return xp.where((a < 0) != (b < 0), -q, q)
+    if rounding_mode == "trunc":
+        return xp.trunc(a / b)
+    if rounding_mode == "floor":
+        return xp.floor_divide(a, b)
+    raise ValueError(
+        f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+        f"'{rounding_mode}'"
+    )
+
+
+def _div_dtype(d, params):
+    if params.get("rounding_mode") is None:
+        return M.to_float(d, params)
+    if d.is_complex or d is D.bool:  # torch: "div_floor_cpu" not implemented for complex/bool
+        raise RuntimeError(
+            f"div(): rounding_mode={params['rounding_mode']!r} is not supported "
+            f"for {d.name} inputs; convert them to a real floating dtype first"
+        )
+    return M.same(d, params)
+
+
+def _floor_divide(xp, a, b):
+    _no_int_zero_division(xp, b, "floor_divide")
+    return xp.floor_divide(a, b)
+
+
+def _remainder(xp, a, b):
+    _no_int_zero_division(xp, b, "remainder")
+    return xp.remainder(a, b)
+
+
+def _pow(xp, a, b):
+    if a.dtype.kind in "iu" and b.dtype.kind in "iu":
+        negative = b < 0
+        if bool(negative.any()):
+            # torch's integer pow for a negative exponent tensor: 1 ** b is 1, (-1) ** b is
+            # +-1, and every other base truncates 1 / base ** -b to 0 (0 ** -1 included)
+            p = xp.power(a, xp.where(negative, 0, b))
+            odd = (b % 2) != 0
+            below = xp.where(a == 1, 1, xp.where(a == -1, xp.where(odd, -1, 1), 0))
+            return xp.where(negative, below.astype(p.dtype), p)
+    return xp.power(a, b)
+
+
+def _alpha_dtype(d, params):
+    """add/sub: ``alpha`` must suit the result dtype, as torch checks it (a float alpha would
+    otherwise be truncated into an integer result), and fit it by torch's checked conversion
+    (float16 refuses alpha=65519; uint8 takes -255..255, wrapped)."""
+    alpha = params.get("alpha", 1)
+    if isinstance(alpha, bool) and d is not D.bool:
+        raise RuntimeError(f"alpha={alpha} (a bool) is only supported for bool results, not {d}")
+    if d.category <= 1 and not isinstance(alpha, int):
+        raise RuntimeError(
+            f"alpha={alpha!r} must be an integer for integer or bool inputs ({d}); "
+            "convert the inputs to a floating dtype first"
+        )
+    if not d.is_complex and isinstance(alpha, complex):
+        raise RuntimeError(f"alpha={alpha!r} must not be complex for {d} inputs")
+    D.check_fits("alpha", alpha, d)
+    return M.same(d, params)
+
+
+binary(
+    "add",
+    _add,
+    params="input, other, *, alpha=1",
+    ufunc="add",
+    dtype=_alpha_dtype,
+    dunders=("__add__", "__radd__", "__iadd__"),
+    scalar_opmath=(0, 1),  # ``2.5 + x`` is add(x, 2.5) in torch
+    **linear_pair_rule(1),
+)
+
+
+def _no_bool_operand(name, what):
+    def shape(*args, **params):
+        # torch refuses bool operands even where promotion would make them int (True - 1)
+        if any(isinstance(x, bool) or getattr(x, "dtype", None) is D.bool for x in args):
+            raise RuntimeError(
+                f"{name}(): {what} with a bool tensor is not supported; use "
+                "logical_xor() / bitwise_not() instead"
+            )
+        return M.pointwise_shape(name, *args)
+
+    return shape
+
+
+def _pow_shape(input, exponent):
+    # torch has no bool ** bool kernel for a bool exponent tensor (a Python bool exponent is fine)
+    base_bool = isinstance(input, bool) or getattr(input, "dtype", None) is D.bool
+    if base_bool and getattr(exponent, "dtype", None) is D.bool:
+        raise RuntimeError('pow(): "pow" not implemented for a bool base and bool exponent tensor')
+    # a negative Python int exponent of an integer tensor is refused (torch), while a
+    # negative exponent *tensor* is computed (the kernel's integer rule)
+    if (
+        type(exponent) is int
+        and exponent < 0
+        and isinstance(input, Tensor)
+        and input.dtype.category <= 1
+    ):
+        raise RuntimeError(
+            "pow(): Integers to negative integer powers are not allowed; use a float "
+            "input (x.double() ** -1) for a fractional result"
+        )
+    return M.pointwise_shape("pow", input, exponent)
+
+
+def _square_dtype(d, params):
+    # torch computes square(bool) as pow(bool, 2): int64
+    return (D.int64, D.int64) if d is D.bool else M.same(d, params)
+
+
+binary(
+    "sub",
+    _sub,
+    params="input, other, *, alpha=1",
+    ufunc="subtract",
+    dtype=_alpha_dtype,
+    allow="ifc",
+    scalar_opmath=(1,),  # not ``2.5 - x``: torch's rsub rounds 2.5 to x's dtype first
+    shape=_no_bool_operand("sub", "Subtraction, the `-` operator,"),
+    dunders=("__sub__", "__rsub__", "__isub__"),
+    **linear_pair_rule(-1),
+)
+binary(
+    "mul",
+    ufunc="multiply",
+    dunders=("__mul__", "__rmul__", "__imul__"),
+    scalar_opmath=(0, 1),
+    vjp=pointwise_rule(lambda a, b: b, lambda a, b: a)["vjp"],
+    jvp=bilinear_jvp("mul"),
+)
+
+
+def _reciprocal(b):
+    # a Python 0 divisor: x / 0 is inf (a tensor op), and so is its derivative
+    if isinstance(b, Tensor):
+        return 1 / b
+    return 1 / b if b != 0 else math.inf
+
+
+binary(
+    "div",
+    _div,
+    params="input, other, *, rounding_mode=None",
+    ufunc="true_divide",
+    dtype=_div_dtype,
+    scalar_opmath=(1,),
+    dunders=("__truediv__", "__rtruediv__", "__itruediv__"),
+    # rounded quotients are piecewise constant: zero gradient (torch)
+    **pointwise_rule(
+        lambda a, b, rounding_mode=None: 0 if rounding_mode else _reciprocal(b),
+        lambda a, b, out, rounding_mode=None: 0 if rounding_mode else -out / b,
+    ),
+)
+binary(
+    "floor_divide",
+    _floor_divide,
+    allow="if",
+    dunders=("__floordiv__", "__rfloordiv__", "__ifloordiv__"),
+    scalar_opmath=(1,),
+    **ZERO_RULE,
+)
+binary(
+    "remainder",
+    _remainder,
+    allow="if",
+    dunders=("__mod__", "__rmod__", "__imod__"),
+    # a - b * floor(a / b): the floor is piecewise constant
+    **pointwise_rule(lambda a, b: 1, lambda a, b: -(a // b)),
+)
+
+
+def _pow_dbase(a, b):
+    # b * a**(b-1), but 0 where b == 0: x**0 is constant, even at x == 0 where 0 * 0**-1 = nan
+    if not isinstance(b, Tensor):
+        return 0 if b == 0 else b * a ** (b - 1)
+    return where(b == 0, 0.0, b * a ** (b - 1))
+
+
+def _pow_dexp(a, b, out):
+    # out * log(a), but 0 where a == 0 and b >= 0 (0**b is constant there; log(0) = -inf);
+    # complex exponents have no order: there only a == 0 counts
+    log_a = a.log() if isinstance(a, Tensor) else full_like(out, a).log()
+    constant = (a == 0) if b.dtype.is_complex else (b >= 0) & (a == 0)
+    return where(constant, 0.0, out * log_a)
+
+
+binary(
+    "pow",
+    _pow,
+    params="input, exponent",
+    shape=_pow_shape,
+    scalar_check="ih",  # torch takes a float32/float64/complex exponent at double precision
+    dunders=("__pow__", "__rpow__", "__ipow__"),
+    **pointwise_rule(_pow_dbase, _pow_dexp),
+)
+binary(
+    "atan2",
+    ufunc="arctan2",
+    dtype=M.to_float,
+    allow="bif",
+    **pointwise_rule(lambda a, b: b / (a * a + b * b), lambda a, b: -a / (a * a + b * b)),
+)
+
+
+def _tie_split(wins, ties):
+    # minimum/maximum: where both inputs are equal each gets half the gradient (torch)
+    return where(ties, 0.5, wins)
+
+
+def _extreme_vjp(loses):
+    """minimum/maximum: each input gets the gradient where it is the result, half of it at
+    a tie, and 0 where it ``loses`` (so a NaN, which never loses, passes it on): torch's
+    ``where(a == b, grad / 2, grad).masked_fill_(a loses, 0)``, selected, not multiplied."""
+
+    def vjp(ctx, grad):
+        a, b = ctx.inputs
+        need_a, need_b = needs(ctx)
+        split = where(a == b, grad / 2, grad)
+        return (
+            split.masked_fill(loses(a, b), 0) if need_a else None,
+            split.masked_fill(loses(b, a), 0) if need_b else None,
+        )
+
+    return vjp
+
+
+binary(
+    "minimum",
+    ufunc="minimum",
+    allow="bif",
+    **dict(
+        pointwise_rule(
+            lambda a, b: _tie_split(b > a, b == a), lambda a, b: _tie_split(b < a, b == a)
+        ),
+        vjp=_extreme_vjp(operator.gt),
+    ),
+)
+binary(
+    "maximum",
+    ufunc="maximum",
+    allow="bif",
+    **dict(
+        pointwise_rule(
+            lambda a, b: _tie_split(b < a, b == a), lambda a, b: _tie_split(b > a, b == a)
+        ),
+        vjp=_extreme_vjp(operator.lt),
+    ),
+)
+unary(
+    "neg",
+    ufunc="negative",
+    allow="ifc",
+    dunders=("__neg__",),
+    vjp=lambda ctx, grad: (-grad,),
+    jvp=same_op_jvp("neg"),
+)
+unary(
+    "conj",
+    lambda xp, a: xp.conjugate(a) if a.dtype.kind == "c" else a.copy(),
+    inplace=False,
+    vjp=lambda ctx, grad: (grad.conj(),),
+    jvp=same_op_jvp("conj"),
+)
+unary(
+    "abs",
+    ufunc="absolute",
+    dtype=M.to_real,
+    allow="ifc",
+    dunders=("__abs__",),
+    inplace="if",  # abs_ of a complex tensor cannot hold its real result
+    # NOTE: sgn(0) = 0: the gradient of |x| at 0 is 0, as in torch
+    **real_jvp(pointwise_rule(lambda x: conj(sgn(x)))),
+)
+
+
+def _sign(xp, a):
+    if a.dtype.kind == "b":
+        return a
+    # NOTE: sign(nan) = 0 as in torch (numpy gives nan); the gradients of abs and of
+    # norm(p=1/inf) go through it, so a NaN input gets a 0 gradient there, as in torch
+    return xp.nan_to_num(xp.sign(a), nan=0)
+
+
+unary(
+    "sign",
+    _sign,
+    allow="bif",
+    **ZERO_RULE,
+)
+unary(
+    "reciprocal",
+    lambda xp, a: xp.reciprocal(a),
+    dtype=M.to_float,
+    **pointwise_rule(lambda x, out: -out * out),
+)
+unary("sqrt", ufunc="sqrt", dtype=M.to_float, **pointwise_rule(lambda x, out: 0.5 / out))
+unary(
+    "rsqrt",
+    lambda xp, a: 1 / xp.sqrt(a),
+    dtype=M.to_float,
+    **pointwise_rule(lambda x, out: -0.5 * out * out * out),
+)
+unary("square", ufunc="square", dtype=_square_dtype, **pointwise_rule(lambda x: 2 * x))
+
+# ---- transcendental -----------------------------------------------------------------------
+# name, ufunc, derivative d(x, out)
+for _name, _uf, _d in [
+    ("exp", "exp", lambda x, out: out),
+    ("exp2", "exp2", lambda x, out: out * math.log(2)),
+    ("expm1", "expm1", lambda x, out: out + 1),
+    ("log", "log", lambda x: 1 / x),
+    ("log2", "log2", lambda x: 1 / (x * math.log(2))),
+    ("log10", "log10", lambda x: 1 / (x * math.log(10))),
+    ("log1p", "log1p", lambda x: 1 / (x + 1)),
+    ("sin", "sin", lambda x: x.cos()),
+    ("cos", "cos", lambda x: -x.sin()),
+    ("tan", "tan", lambda x, out: 1 + out * out),
+    ("asin", "arcsin", lambda x: (1 - x * x).rsqrt()),
+    ("acos", "arccos", lambda x: -(1 - x * x).rsqrt()),
+    ("atan", "arctan", lambda x: 1 / (1 + x * x)),
+    ("sinh", "sinh", lambda x: x.cosh()),
+    ("cosh", "cosh", lambda x: x.sinh()),
+    ("tanh", "tanh", lambda x, out: 1 - out * out),
+]:
+    unary(_name, ufunc=_uf, dtype=M.to_float, **pointwise_rule(_d))
+
+
+def _erf(xp, a):
+    if xp.__name__ == "numpy":
+        # numpy has no erf ufunc: vectorise the stdlib one. np.asarray: frompyfunc returns a
+        # bare Python float for 0-d input
+        return np.asarray(_np_vectorize(math.erf)(a)).astype(a.dtype)
+    import cupyx.scipy.special as sp  # noqa: PLC0415 - CuPy is optional (a CUDA array here)
+
+    return sp.erf(a)
+
+
+@functools.cache
+def _np_vectorize(f):
+    return np.frompyfunc(f, 1, 1)
+
+
+def _sigmoid(xp, a):
+    # exp(-logaddexp(0, -x)) never overflows, unlike 1 / (1 + exp(-x)).
+    return xp.exp(-xp.logaddexp(0, -a)) if a.dtype.kind != "c" else 1 / (1 + xp.exp(-a))
+
+
+unary("sigmoid", _sigmoid, dtype=M.to_float, **pointwise_rule(lambda x, out: out * (1 - out)))
+unary(
+    "erf",
+    _erf,
+    dtype=M.to_float,
+    allow="bif",
+    **pointwise_rule(lambda x: 2 / math.sqrt(math.pi) * (-x * x).exp()),
+)
+
+# ---- activations ---------------------------------------------------------------------------
+
+
+def _gelu(xp, a, approximate="none"):
+    if approximate == "tanh":
+        c = math.sqrt(2 / math.pi)
+        return 0.5 * a * (1 + xp.tanh(c * (a + 0.044715 * a * a * a)))
+    if approximate != "none":
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
+    return 0.5 * a * (1 + _erf(xp, a / math.sqrt(2)))
+
+
+def _softplus(xp, a, beta=1.0, threshold=20.0):
+    z = a * beta
+    return xp.where(z > threshold, a, xp.logaddexp(0, z) / beta)
+
+
+def _leaky_relu(xp, a, negative_slope=0.01):
+    return xp.where(a > 0, a, a * negative_slope)
+
+
+def _gelu_derivative(x, approximate="none"):
+    if approximate == "tanh":
+        c, k = math.sqrt(2 / math.pi), 0.044715
+        t = (c * (x + k * x * x * x)).tanh()
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x)
+    # Phi(x) + x * phi(x): the normal cdf plus x times its density
+    return 0.5 * (1 + (x / math.sqrt(2)).erf()) + x * (-0.5 * x * x).exp() / math.sqrt(2 * math.pi)
+
+
+def _silu_derivative(x):
+    s = x.sigmoid()
+    return s * (1 + x * (1 - s))
+
+
+unary(
+    "relu",
+    lambda xp, a: xp.maximum(a, 0).astype(a.dtype),
+    allow="if",
+    # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
+    # where(out <= 0, 0, grad) (torch's threshold_backward): NaN passes its gradient
+    **pointwise_rule(lambda x, out: (out <= 0).logical_not()),
+)
+op(
+    "gelu",
+    "input, approximate='none'",
+    kernel=_gelu,
+    shape=_pw_shape("gelu"),
+    dtype=functools.partial(M.float_only, op="gelu"),
+    allow="f",
+    **pointwise_rule(_gelu_derivative),
+)
+unary(
+    "silu",
+    lambda xp, a: a * _sigmoid(xp, a),
+    dtype=M.to_float,
+    allow="fc",
+    **pointwise_rule(_silu_derivative),
+)
+op(
+    "softplus",
+    "input, beta=1.0, threshold=20.0",
+    kernel=_softplus,
+    shape=_pw_shape("softplus"),
+    dtype=functools.partial(M.float_only, op="softplus"),
+    allow="f",
+    # above the threshold softplus is x itself (slope 1), below it is sigmoid(beta * x)
+    **pointwise_rule(
+        lambda x, beta=1.0, threshold=20.0: where(x * beta > threshold, 1.0, (x * beta).sigmoid())
+    ),
+)
+op(
+    "leaky_relu",
+    "input, negative_slope=0.01",
+    kernel=_leaky_relu,
+    shape=_pw_shape("leaky_relu"),
+    dtype=functools.partial(M.float_only, op="leaky_relu"),
+    allow="f",
+    inplace=True,
+    # slope at 0 is negative_slope (the kernel's branch there), as in torch
+    **pointwise_rule(
+        lambda x, negative_slope=0.01: where(x > 0, 1.0, full_like(x, negative_slope))
+    ),
+)
+
+# ---- clamp / where / rounding / predicates ------------------------------------------------
+
+
+def _clamp(xp, a, lo=None, hi=None):
+    if lo is not None:
+        a = xp.maximum(a, lo)
+    if hi is not None:
+        a = xp.minimum(a, hi)
+    return a
+
+
+def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
+    if min is None and max is None:
+        raise RuntimeError("clamp(): At least one of 'min' or 'max' must not be None")
+    bounds = [b for b in (min, max) if b is not None]
+    if input.dtype is D.bool and all(
+        isinstance(b, bool) or (isinstance(b, Tensor) and b.dtype is D.bool) for b in bounds
+    ):
+        # a bool result: torch has bool kernels for one tensor bound (clamp_min/clamp_max)
+        # only, none for a number bound or for both bounds at once
+        if any(isinstance(b, bool) for b in bounds):
+            raise RuntimeError("clamp(): a bool tensor takes bool bounds as tensors, not numbers")
+        if len(bounds) == 2:
+            raise NotImplementedError(
+                "clamp(): a bool tensor takes one bound at a time (torch has no bool kernel "
+                "for both); write x.clamp(min=lo).clamp(max=hi)"
+            )
+    return M.pointwise_shape("clamp", input, min, max)
+
+
+def _clamp_partials():
+    # Which of input/min/max the output follows (torch's clamp_backward_min_max): x inside
+    # [min, max] (ends included), min where x < min (unless min > max: then max wins).
+    def d_input(x, lo, hi):
+        inside = (x >= lo) if lo is not None else None
+        if hi is not None:
+            inside = (x <= hi) if inside is None else inside & (x <= hi)
+        return inside
+
+    def d_min(x, lo, hi):
+        return (x < lo) & (lo < hi) if hi is not None else x < lo
+
+    def d_max(x, lo, hi):
+        return (x > hi) | (hi < lo) if lo is not None else x > hi
+
+    return pointwise_rule(d_input, d_min, d_max)
+
+
+op(
+    "clamp",
+    "input, min=None, max=None",
+    n_inputs=3,
+    kernel=_clamp,
+    shape=_clamp_shape,
+    allow="bif",
+    scalar_check="ihf",
+    out=True,
+    inplace=True,
+    **_clamp_partials(),
+)
+
+
+def _where_vjp(ctx, grad):
+    c, a, b = ctx.inputs
+    return (
+        None,
+        where(c, grad, 0.0) if needs(ctx)[1] else None,
+        where(c, 0.0, grad) if needs(ctx)[2] else None,
+    )
+
+
+def _where_jvp(ctx, tc, ta, tb):
+    if ta is None and tb is None:
+        return None
+    return where(ctx.inputs[0], 0.0 if ta is None else ta, 0.0 if tb is None else tb)
+
+
+op(
+    "where",
+    "condition, input, other",
+    n_inputs=3,
+    cast=(1, 2),
+    shape=_pw_shape("where"),
+    kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b),
+    method=False,
+    scalar_check="ifc",  # NOTE: torch lets float16/bfloat16 overflow to inf here
+    out=True,
+    vjp=_where_vjp,
+    jvp=_where_jvp,
+)
+for _name, _uf in [("floor", "floor"), ("ceil", "ceil"), ("trunc", "trunc")]:
+    unary(
+        _name,
+        lambda xp, a, _uf=_uf: getattr(xp, _uf)(a) if a.dtype.kind == "f" else a,
+        allow="if",
+        **ZERO_RULE,
+    )
+
+
+def _round(xp, a, decimals=None):
+    return xp.round(a, decimals or 0) if a.dtype.kind in "fc" else a
+
+
+def _round_dtype(d, params):
+    # torch rounds integers without decimals only (a copy): round(decimals=0) is its
+    # decimals kernel, which has no integer version
+    if params.get("decimals") is not None and d.category <= 1:
+        raise NotImplementedError(
+            f"round(): decimals={params['decimals']} is not supported for {d} inputs; "
+            "convert them to a floating dtype first"
+        )
+    return M.same(d, params)
+
+
+op(
+    "round",
+    "input, *, decimals=None",
+    kernel=_round,
+    shape=_pw_shape("round"),
+    dtype=_round_dtype,
+    allow="if",
+    out=True,
+    inplace=True,
+    **ZERO_RULE,
+)
+unary("isnan", ufunc="isnan", dtype=M.to_bool, inplace=False)
+unary("isinf", ufunc="isinf", dtype=M.to_bool, inplace=False)
+unary("isfinite", ufunc="isfinite", dtype=M.to_bool, inplace=False)
+
+# ---- comparisons and logic ----------------------------------------------------------------
+for _name, _uf, _dn in [
+    ("eq", "equal", "__eq__"),
+    ("ne", "not_equal", "__ne__"),
+    ("lt", "less", "__lt__"),
+    ("le", "less_equal", "__le__"),
+    ("gt", "greater", "__gt__"),
+    ("ge", "greater_equal", "__ge__"),
+]:
+    binary(
+        _name,
+        ufunc=_uf,
+        dtype=M.to_bool,
+        allow="bifc" if _name in ("eq", "ne") else "bif",
+        dunders=(_dn,),
+        # x.eq_(y) writes the comparison into x, in x's dtype (1/0), as torch does
+        inplace=True,
+    )
+
+
+def _truth(a):
+    # CuPy's logical ufuncs have no complex loops; "nonzero" is what they mean anyway.
+    return a != 0 if a.dtype.kind == "c" else a
+
+
+for _name in ("logical_and", "logical_or", "logical_xor"):
+    binary(
+        _name,
+        lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)),
+        ufunc=_name,
+        dtype=M.to_bool,
+        inplace=True,
+    )
+unary(
+    "logical_not",
+    lambda xp, a: xp.logical_not(_truth(a)),
+    ufunc="logical_not",
+    dtype=M.to_bool,
+)
+for _name, _uf, _dn in [
+    ("bitwise_and", "bitwise_and", ("__and__", "__rand__", "__iand__")),
+    ("bitwise_or", "bitwise_or", ("__or__", "__ror__", "__ior__")),
+    ("bitwise_xor", "bitwise_xor", ("__xor__", "__rxor__", "__ixor__")),
+]:
+    binary(_name, ufunc=_uf, allow="bi", dunders=_dn)
+unary("bitwise_not", ufunc="invert", allow="bi", dunders=("__invert__",))
+
+
+def _isclose(xp, a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    return xp.isclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+
+
+op(
+    "isclose",
+    "input, other, rtol=1e-05, atol=1e-08, equal_nan=False",
+    n_inputs=2,
+    kernel=_isclose,
+    shape=_pw_shape("isclose"),
+    dtype=M.to_bool,
+    promote="same",
+)
