@@ -17,32 +17,12 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay.compiler._barriers import barrier_kind
+from tensorplay.compiler._lowerings import Lowering, find
 from tensorplay.graph._graph import Graph, Node
 
 __all__ = ["Plan", "PointwiseOp", "Region", "normalise", "partition"]
 
-ARITH = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
-COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-UNARY = (
-    "neg", "abs", "square", "sqrt", "rsqrt", "reciprocal", "exp", "log", "sin", "cos",
-    "tanh", "sigmoid", "relu", "gelu", "silu",
-)  # fmt: skip
-SUPPORTED = frozenset(ARITH + COMPARE + UNARY + ("where", "clamp", "cast"))
-_FLOAT_ONLY = frozenset({"pow", "sqrt", "rsqrt", "reciprocal", "exp", "log", "sin", "cos",
-                         "tanh", "sigmoid", "gelu", "silu"})  # fmt: skip
 DTYPES = frozenset({"bool", "uint8", "int8", "int16", "int32", "int64", "float32", "float64"})
-_CASTS = {
-    "float": tp.float32,
-    "double": tp.float64,
-    "int": tp.int32,
-    "long": tp.int64,
-    "short": tp.int16,
-    "bool": tp.bool,
-    "byte": tp.uint8,
-    "char": tp.int8,
-    "half": tp.float16,
-    "bfloat16": tp.bfloat16,
-}
 # in-place spellings that make a graph order-sensitive (fusing could move reads past them)
 _MUTATING_FUNCTIONS = (operator.setitem,)
 
@@ -96,10 +76,11 @@ def normalise(node: Node) -> tuple[PointwiseOp | None, str]:
         return None, ""
     if name is None:
         return None, "not a TensorPlay op"
-    if name in _CASTS or name in ("to", "type_as"):
-        return _cast(node, name, args, kwargs)
-    if name not in SUPPORTED:
+    lowering = find(name)
+    if lowering is None:
         return None, "not pointwise" if not name.endswith("_") else "in-place op"
+    if lowering.name == "_to_copy":
+        return _cast(node, name, args, kwargs)
     try:
         bound = _bind(name, args, kwargs)
     except TypeError as e:
@@ -107,13 +88,11 @@ def normalise(node: Node) -> tuple[PointwiseOp | None, str]:
     if bound.pop("out", None) is not None:
         return None, "out= is not lowered"
     names = list(_signature(name).parameters)
-    n_operands = {"where": 3, "clamp": 3}.get(name, 2 if name in ARITH + COMPARE else 1)
-    operands = [bound.pop(n, None) for n in names[:n_operands]]
+    operands = [bound.pop(n, None) for n in names[: lowering.arity]]
     params = bound
-    if name == "div" and params.get("rounding_mode") is not None:
-        return None, "div(rounding_mode=...) is not lowered"
-    if name == "gelu" and params.get("approximate", "none") not in ("none", "tanh"):
-        return None, f"gelu approximate={params['approximate']!r}"
+    refused = lowering.refuses(params)
+    if refused:
+        return None, refused
     for o in operands:
         if isinstance(o, Node):
             if o.meta.get("val") is None:
@@ -127,12 +106,19 @@ def normalise(node: Node) -> tuple[PointwiseOp | None, str]:
     for t in [out, *tensors]:
         if t.dtype.name not in DTYPES:
             return None, f"dtype {t.dtype.name} unsupported"
-    dtype = out.dtype.name
+    return _typed(lowering, operands, params, out.dtype.name)
+
+
+def _typed(
+    lowering: Lowering, operands: list, params: dict, dtype: str
+) -> tuple[PointwiseOp | None, str]:
+    """The op in normal form once its dtypes are known, or why they are not lowered."""
+    name = lowering.name
     # comparisons compare in the promoted input dtype; everything else computes in its result's
-    compute = tp.result_type(*_two(operands)).name if name in COMPARE else dtype
-    if compute == "bool" and name not in COMPARE + ("where", "clamp", "maximum", "minimum"):
+    compute = tp.result_type(*_two(operands)).name if lowering.compare else dtype
+    if compute == "bool" and not (lowering.compare or lowering.bool_compute):
         return None, "bool arithmetic is not lowered"
-    if name in _FLOAT_ONLY and not dtype.startswith("float"):
+    if lowering.float_only and not dtype.startswith("float"):
         return None, f"{name} on {dtype}"
     return PointwiseOp(name, operands, params, dtype, compute), ""
 
@@ -157,7 +143,7 @@ def _cast(node: Node, name: str, args: tuple, kwargs: dict) -> tuple[PointwiseOp
         if t.dtype.name not in DTYPES:
             return None, f"dtype {t.dtype.name} unsupported"
     # computed in the source dtype: a cast to bool is a comparison with 0 there
-    return PointwiseOp("cast", [src], {}, out.dtype.name, src.meta["val"].dtype.name), ""
+    return PointwiseOp("_to_copy", [src], {}, out.dtype.name, src.meta["val"].dtype.name), ""
 
 
 # ---- partition -----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay.compiler._barriers import barrier_kind
-from tensorplay.compiler._pointwise import Plan, Region, partition
+from tensorplay.compiler._pointwise import Plan, PointwiseOp, Region, partition
 from tensorplay.compiler._report import ReportRow
 from tensorplay.compiler._tvm_env import configure_threads, load_tvm, resolve_target
 from tensorplay.compiler._tvm_lower import MAX_EXPRESSION, Kernel, expansion, lower_region
@@ -54,9 +54,10 @@ def compile_graph(
     tvm_target = resolve_target(tvm, target, device_type)
     if device_type == "cpu":
         configure_threads(tvm, num_threads)
-    copies = (
-        expansion if fast_math else (lambda op: min(expansion(op), 9 if op.name == "clamp" else 3))
-    )
+
+    def copies(op: PointwiseOp) -> int:
+        return expansion(op, fast_math=fast_math)
+
     plan = partition(gm.graph, device_type, copies=copies, max_size=MAX_EXPRESSION)
     kernels: dict[Region, Kernel] = {}
     for step in plan.steps:

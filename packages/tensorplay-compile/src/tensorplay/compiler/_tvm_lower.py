@@ -14,11 +14,11 @@ variable (union-find), so one kernel serves every size.
 from __future__ import annotations
 
 import dataclasses
-import math
 from types import ModuleType
 from typing import Any
 
 from tensorplay.compiler._fastmath import FastMath
+from tensorplay.compiler._lowerings import LOWERINGS, Tir
 from tensorplay.compiler._pointwise import PointwiseOp, Region
 from tensorplay.graph._graph import Node
 
@@ -149,7 +149,7 @@ def lower_region(
         return expr if str(expr.ty) == dtype else expr.astype(dtype)
 
     # Values are composed inline (one expression per output), every read building a fresh
-    # copy (see _formula); the partitioner bounds how large that gets (``expansion``).
+    # copy (see _lowerings); the partitioner bounds how large that gets (``expansion``).
     def build(node: Node, idx: tuple) -> Any:
         return _emit(region.ops[node], len(dims[node]), idx)
 
@@ -161,12 +161,14 @@ def lower_region(
         return fcompute
 
     def _emit(op: PointwiseOp, rank: int, idx: tuple) -> Any:
-        dts = ["bool" if op.name == "where" and i == 0 else op.compute_dtype for i in range(3)]
+        lowering = LOWERINGS[op.name]
+        dts = ["bool" if i in lowering.bool_operands else op.compute_dtype for i in range(3)]
         args = [
             None if o is None else (lambda o=o, dt=dt: operand(o, rank, idx, dt))
             for o, dt in zip(op.operands, dts)
         ]
-        return _formula(tvm, fm, op, args, fast_math and op.dtype == "float32").astype(op.dtype)
+        k = Tir(tvm, fm, op.compute_dtype, fast=fast_math and op.dtype == "float32")
+        return lowering.formula(k, op, *args).astype(op.dtype)
 
     # ---- one compute per output shape ----------------------------------------------------
     groups: dict[tuple, list[Node]] = {}
@@ -197,115 +199,17 @@ def lower_region(
     )
 
 
-# How much an op multiplies the size of its operands' expressions once TVM has expanded it:
-# copies read directly (NaN-aware max reads x three times) and, for fast math, the uses of
-# its Let-bound argument, which TVM's lowering expands (measured: five nested fast tanh
-# took 7 s to compile, three 0.05 s). Used to cap region size; see _pointwise.partition.
-_COPIES = {"exp": 8, "tanh": 8, "sigmoid": 8, "silu": 9, "gelu": 12, "maximum": 3,
-           "minimum": 3, "relu": 3, "clamp": 3, "square": 2}  # fmt: skip
 MAX_EXPRESSION = 2000
 
 
-def expansion(op: PointwiseOp) -> int:
-    """Copies of each operand in ``op``'s expression (an upper bound)."""
-    return _COPIES.get(op.name, 1)
+def expansion(op: PointwiseOp, *, fast_math: bool = True) -> int:
+    """Copies of each operand in ``op``'s expression (an upper bound; see ``Lowering.copies``).
 
-
-def _formula(tvm: ModuleType, fm: FastMath, op: PointwiseOp, a: list, fast: bool) -> Any:
-    """The scalar expression of ``op``; ``a[i]()`` builds a fresh copy of operand ``i``.
-
-    NOTE: operands are thunks, not expressions: TIR forbids one ``Let`` variable being
-    defined twice, so an operand a formula reads twice (``maximum``'s NaN checks) must be
-    built twice (fast math binds its argument with ``Let``).
+    Without fast math no formula binds its argument with ``Let`` and the count is capped
+    at the three direct reads of a NaN-aware max/min.
     """
-    te, tirx = tvm.te, tvm.tirx
-    name, dt = op.name, op.compute_dtype
-    is_float = dt.startswith("float")
-
-    def c(v: float) -> Any:
-        return tirx.const(v, dt)
-
-    def nan_aware(pick: Any, x: Any, y: Any) -> Any:
-        # numpy's maximum/minimum propagate NaN; LLVM's maxnum/minnum drop it
-        if not is_float:
-            return pick(x(), y())
-        return tirx.Select(tirx.isnan(x()), x(), tirx.Select(tirx.isnan(y()), y(), pick(x(), y())))
-
-    def const(v: float) -> Any:
-        return lambda: c(v)
-
-    def sigmoid(x: Any) -> Any:
-        return fm.sigmoid(x) if fast else c(1.0) / (c(1.0) + te.exp(-x))
-
-    binary = {
-        "mul": lambda x, y: x * y,
-        "div": lambda x, y: x / y,
-        "pow": te.power,
-        "eq": tirx.EQ,
-        "ne": tirx.NE,
-        "lt": tirx.LT,
-        "le": tirx.LE,
-        "gt": tirx.GT,
-        "ge": tirx.GE,
-    }
-    unary = {
-        "neg": lambda x: -x,
-        "abs": te.abs,
-        "sqrt": te.sqrt,
-        "rsqrt": lambda x: c(1.0) / te.sqrt(x),
-        "reciprocal": lambda x: c(1.0) / x,
-        "exp": fm.exp if fast else te.exp,
-        "log": te.log,
-        "sin": te.sin,
-        "cos": te.cos,
-        "tanh": fm.tanh if fast else te.tanh,
-        "sigmoid": sigmoid,
-    }
-    if name in binary:
-        return binary[name](a[0](), a[1]())
-    if name in unary:
-        return unary[name](a[0]())
-    if name in ("add", "sub"):
-        alpha = op.params.get("alpha", 1)
-        other = a[1]() if alpha == 1 else a[1]() * c(alpha)
-        return a[0]() + other if name == "add" else a[0]() - other
-    if name == "maximum":
-        return nan_aware(te.max, a[0], a[1])
-    if name == "minimum":
-        return nan_aware(te.min, a[0], a[1])
-    if name == "relu":
-        return nan_aware(te.max, a[0], const(0))
-    if name == "square":
-        return a[0]() * a[0]()
-    if name == "silu":
-        return a[0]() * sigmoid(a[0]())
-    if name == "gelu":
-        x = a[0]
-        if op.params.get("approximate", "none") == "tanh":
-            inner = c(math.sqrt(2 / math.pi)) * (x() + c(0.044715) * x() * x() * x())
-            return c(0.5) * x() * (c(1.0) + (fm.tanh(inner) if fast else te.tanh(inner)))
-        erf = fm.erf if fast else te.erf
-        return c(0.5) * x() * (c(1.0) + erf(x() * c(1 / math.sqrt(2))))
-    if name == "where":
-        return tirx.Select(a[0](), a[1](), a[2]())
-    if name == "clamp":
-        x, lo, hi = a
-        value = x()
-        if lo is not None:
-            value = te.max(value, lo())
-        if hi is not None:
-            value = te.min(value, hi())
-        if not is_float:
-            return value
-        # NaN in x or in a tensor bound propagates, as numpy's maximum/minimum do
-        for bound, tensor in ((lo, op.operands[1]), (hi, op.operands[2])):
-            if bound is not None and isinstance(tensor, Node):
-                value = tirx.Select(tirx.isnan(bound()), bound(), value)
-        return tirx.Select(tirx.isnan(x()), x(), value)
-    if name == "cast":
-        x = a[0]()
-        return x != tirx.const(0, dt) if op.dtype == "bool" and dt != "bool" else x
-    raise NotImplementedError(f"no TVM formula for {name}")  # _pointwise.SUPPORTED guards this
+    copies = LOWERINGS[op.name].copies
+    return copies if fast_math else min(copies, 3)
 
 
 def _schedule(
