@@ -76,7 +76,9 @@ def compile_module(out_dir: Path) -> Path:
         try:
             command.run()
         except (CCompilerError, CompileError, LinkError, ExecError, PlatformError, OSError) as e:
-            raise NativeBuildError(f"compiling {SOURCE.name} failed ({e}). {NO_COMPILER_HINT}")
+            raise NativeBuildError(
+                f"compiling {SOURCE.name} failed ({e}). {NO_COMPILER_HINT}"
+            ) from e
         [built] = command.get_outputs()
         target = out_dir / Path(built).name
         staged = target.with_name(target.name + f".{os.getpid()}.tmp")
