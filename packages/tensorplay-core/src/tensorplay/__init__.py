@@ -84,7 +84,7 @@ from tensorplay.autograd.grad_mode import (
 )
 from tensorplay.utils import _python_dispatch  # noqa: F401 - installs the dispatch-mode hook
 
-# Every public op-table row is ``tp.<name>`` (one definition per op: _optable.py); the
+# Every public op-table row is ``tp.<name>`` (one definition per op, in a _rows/ module); the
 # function is generated on first access, by the module ``__getattr__`` below.
 _PUBLIC_OPS = {
     row.name: row
