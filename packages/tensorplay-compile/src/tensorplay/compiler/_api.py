@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
-from tensorplay._capture import GraphCaptureError
+from tensorplay.capture import GraphCaptureError
 from tensorplay.compiler._autocast import autocast_state, run_recording_dtypes
 from tensorplay.compiler._backends import default_backend, lookup_backend, validate_options
 from tensorplay.compiler._guards import Guards, collect

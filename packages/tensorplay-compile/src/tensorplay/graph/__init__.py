@@ -10,7 +10,7 @@ from __future__ import annotations
 
 # First: ImportError with the fix if `tensorplay` is PyPI's unrelated package, not our core
 import tensorplay.utils._require_core as _require_core
-from tensorplay._capture import GraphCaptureError
+from tensorplay.capture import GraphCaptureError
 from tensorplay.graph._graph import Graph, Node
 from tensorplay.graph._interpreter import Interpreter
 from tensorplay.graph._module import GraphModule

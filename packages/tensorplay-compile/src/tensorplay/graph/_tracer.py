@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import tensorplay as tp
-from tensorplay import _capture
-from tensorplay._capture import GraphCaptureError
-from tensorplay._dispatch import OPS
+from tensorplay import capture
+from tensorplay._extension import OPS
+from tensorplay.capture import GraphCaptureError
 from tensorplay.graph._graph import Graph, Node, map_args
 from tensorplay.graph._module import GraphModule
 
@@ -75,7 +75,7 @@ _DATA_FIX = (
 )
 
 
-class Proxy(_capture.Proxy):
+class Proxy(capture.Proxy):
     """A symbolic tensor: the value of ``node`` while ``tracer`` records."""
 
     __slots__ = ("node", "tracer")
@@ -245,7 +245,7 @@ class Tracer:
                 kwargs[name] = value
             else:
                 args.append(value)
-        with _capture.tracing(self):
+        with capture.tracing(self):
             result = fn(*args, **kwargs)
         self.graph.output(map_args(result, self._as_arg))
         return GraphModule(self.graph, self.constants)
@@ -253,7 +253,7 @@ class Tracer:
     def trace_inputs(self, fn: Callable, inputs: dict[str, Any]) -> GraphModule:
         """Capture ``fn(*proxies)``: one placeholder per entry of ``inputs`` (name -> sample)."""
         proxies = [self._input(name, sample) for name, sample in inputs.items()]
-        with _capture.tracing(self):
+        with capture.tracing(self):
             result = fn(*proxies)
         self.graph.output(map_args(result, self._as_arg))
         return GraphModule(self.graph, self.constants)
@@ -339,7 +339,7 @@ class Tracer:
         node.meta["device"] = next((n.meta["device"] for n in inputs if "device" in n.meta), None)
         if unknown:
             return
-        tracer = _capture.pop_tracer()  # a library op given meta tensors must run, not record
+        tracer = capture.pop_tracer()  # a library op given meta tensors must run, not record
         try:
             with tp.no_grad():
                 if node.op == "call_method":
@@ -350,7 +350,7 @@ class Tracer:
             node.meta["meta_error"] = f"{type(e).__name__}: {e}"
             return
         finally:
-            _capture.push_tracer(tracer)
+            capture.push_tracer(tracer)
         if _is_meta_value(val):
             node.meta["val"] = val
 

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import sys
 
-from tensorplay import _device
+from tensorplay import cuda
 
 __all__ = [
     "triton_unavailable_reason",
@@ -32,7 +32,7 @@ def import_triton():
     build GPU binaries ahead of time on a machine without a GPU).
     """
     if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ:
-        if _device.cuda_unavailable_reason() is not None:
+        if cuda.unavailable_reason() is not None:
             os.environ["TRITON_INTERPRET"] = "1"
     import triton  # noqa: PLC0415 - optional dependency, imported on first use
 
@@ -60,7 +60,7 @@ def triton_unavailable_reason(device_type: str = "cpu") -> str | None:
     if not _triton_installed():
         return f"Triton is not installed ({_install_extra('triton')})"
     if device_type == "cuda":
-        why = _device.cuda_unavailable_reason()
+        why = cuda.unavailable_reason()
         if why is not None:
             return f"CUDA not available: {why}"
         if interpreting():
@@ -84,7 +84,7 @@ def tilelang_unavailable_reason() -> str | None:
             f"TileLang is not installed ({_install_extra('tilelang')}; it "
             "requires torch and a CUDA GPU)"
         )
-    why = _device.cuda_unavailable_reason()
+    why = cuda.unavailable_reason()
     if why is not None:
         return f"CUDA not available: {why} (TileLang kernels run on CUDA only)"
     return None

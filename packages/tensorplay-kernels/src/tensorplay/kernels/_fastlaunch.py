@@ -30,7 +30,8 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from tensorplay._tensor import Tensor, data_ptr_of
+from tensorplay import Tensor
+from tensorplay._extension import data_ptr_of
 
 __all__ = ["FastLauncher"]
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
-from tensorplay._dispatch import get_device_kernel, set_device_kernel
+from tensorplay._extension import get_device_kernel, set_device_kernel
 from tensorplay.kernels._capability import triton_unavailable_reason
 from tensorplay.kernels._common import acc_type, triton_src
 from tensorplay.kernels._launch import Pointer

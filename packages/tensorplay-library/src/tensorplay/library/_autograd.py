@@ -17,12 +17,11 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from tensorplay._tensor import Tensor
+from tensorplay import Tensor, zeros
+from tensorplay._extension import differentiable_dtype, dispatch_mode_stack, sum_to
 from tensorplay.autograd import grad_mode
-from tensorplay.autograd._record import differentiable_dtype, sum_to
 from tensorplay.autograd.function import FunctionCtx
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
-from tensorplay.utils import _python_dispatch
 
 if TYPE_CHECKING:
     from tensorplay.library._op import CustomOpDef
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["apply", "CustomOpBackward"]
 
 _grad = grad_mode.state
-_modes = _python_dispatch._stack  # .modes: the dispatch modes of this thread
+_modes = dispatch_mode_stack  # .modes: the dispatch modes of this thread
 _NO_EDGE = (None, 0)
 
 
@@ -165,8 +164,6 @@ class CustomOpBackward(Node):
                 "if no gradient is needed"
             )
         if self.ctx.materialize_grads and any(g is None for g in grad_outputs):
-            from tensorplay._factories import zeros  # noqa: PLC0415
-
             grad_outputs = [
                 zeros(m[0], dtype=m[1], device=m[2]) if g is None and m is not None else g
                 for g, m in zip(grad_outputs, self._outs_meta)

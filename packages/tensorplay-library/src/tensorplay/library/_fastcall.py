@@ -39,7 +39,7 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from tensorplay._tensor import Tensor
+from tensorplay import Tensor
 
 if TYPE_CHECKING:
     from tensorplay.library._op import CustomOpDef

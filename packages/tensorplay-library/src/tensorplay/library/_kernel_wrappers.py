@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensorplay import _dispatch
-from tensorplay._capture import GraphCaptureError, contains_proxy
+from tensorplay._extension import dispatch_state
+from tensorplay.capture import GraphCaptureError, contains_proxy
 
 __all__ = ["TritonKernelWrapper", "TileLangKernelWrapper", "wrap_triton", "wrap_tilelang"]
 
@@ -53,7 +53,7 @@ class _TritonLaunch:
         # proxies exist only while a capture is live, and a live capture turns the
         # dispatcher's gate off: the common launch skips the argument scan
         w = self.wrapper
-        if not _dispatch.state.plain and contains_proxy((self.grid, *args), kwargs):
+        if not dispatch_state.plain and contains_proxy((self.grid, *args), kwargs):
             name = getattr(w.kernel, "__name__", repr(w.kernel))
             raise GraphCaptureError(
                 f"wrap_triton({name})[grid](...) was called with symbolic (captured) "

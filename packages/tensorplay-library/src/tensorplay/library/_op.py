@@ -32,22 +32,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tensorplay import _capture, _dispatch, amp, overrides, profiler
-from tensorplay._dtype import dtype as _DType
-from tensorplay._tensor import Tensor
+from tensorplay import Tensor, capture, dtype as _DType, overrides, profiler
+from tensorplay._extension import autocast_any_enabled, dispatch_mode_stack, dispatch_state
+from tensorplay.amp import autocast, is_autocast_enabled
 from tensorplay.autograd import grad_mode
 from tensorplay.library import _autograd
 from tensorplay.library._fastcall import specialise
 from tensorplay.library._names import AGNOSTIC, DEVICE_TYPES, device_keys
 from tensorplay.library._schema import check_schema, check_signature
-from tensorplay.utils import _python_dispatch
 
 __all__ = ["CustomOpDef"]
 
-_state = _dispatch.state  # .plain: the fast-path gate
-_tracers = _capture._stack  # .tracers: the live captures of this thread
+_state = dispatch_state  # .plain: the fast-path gate
 _grad = grad_mode.state  # .enabled
-_modes = _python_dispatch._stack  # .modes: the dispatch modes of this thread
+_modes = dispatch_mode_stack  # .modes: the dispatch modes of this thread
 # Argument types that never carry __tensorplay_function__ (the cheap override pre-check).
 _PLAIN_TYPES = frozenset({Tensor, int, float, bool, complex, str, type(None), _DType})
 _NOTHING: frozenset[str] = frozenset()
@@ -327,19 +325,19 @@ class CustomOpDef:
         return self._call_general(args, kwargs)
 
     def _call_general(self, args: tuple, kwargs: dict):
-        if _tracers.tracers and _capture.contains_proxy(args, kwargs):
+        if capture.capturing() and capture.contains_proxy(args, kwargs):
             # a live capture with symbolic arguments: one graph node, the body does not run
-            return _capture.capture_call(self, args, kwargs)
+            return capture.capture_call(self, args, kwargs)
         if not _state.plain or _unusual(args, kwargs):
             relevant = _flat(args, kwargs)
             if overrides.has_tensorplay_function(relevant):
                 return overrides.handle_tensorplay_function(self, relevant, *args, **kwargs)
-        if self._autocast and amp._local.any_enabled:
+        if self._autocast and autocast_any_enabled():
             dev = _first_tensor_device(args, kwargs)
             cast_to = self._autocast.get(dev.type) if dev is not None else None
-            if cast_to is not None and amp.is_autocast_enabled(dev.type):
+            if cast_to is not None and is_autocast_enabled(dev.type):
                 args, kwargs = _cast_floating(args, kwargs, dev.type, cast_to)
-                with amp.autocast(dev.type, enabled=False):
+                with autocast(dev.type, enabled=False):
                     return self._profiled(args, kwargs)
         return self._profiled(args, kwargs)
 

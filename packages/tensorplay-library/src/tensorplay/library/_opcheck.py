@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 import tensorplay as tp
-from tensorplay._tensor import Tensor
+from tensorplay import Tensor
 from tensorplay.library import _registry
 from tensorplay.library._names import AGNOSTIC, DEVICE_TYPES
 from tensorplay.library._op import CustomOpDef

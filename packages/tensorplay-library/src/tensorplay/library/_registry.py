@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tensorplay import _ops
+from tensorplay._extension import register_op_name
 from tensorplay.library._names import parse_qualname
 from tensorplay.library._op import CustomOpDef
 
@@ -29,7 +29,7 @@ def add(op: CustomOpDef) -> CustomOpDef:
                 f"the existing op with tensorplay.library.get_op({op.name!r}).register_kernel(...)"
             )
         _ops_by_name[op.name] = op
-        _ops.add(op.namespace, op.opname, op)
+        register_op_name(op.namespace, op.opname, op)
     return op
 
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 import ctypes
 
 import tensorplay as tp
-from tensorplay._dlpack import _FROM_DL, DLTensor  # the one DLPack ABI description we have
+from tensorplay._extension import (  # the one DLPack ABI description we have
+    DLPACK_DTYPES as _FROM_DL,
+    DLTensor,
+)
 from tensorplay.utils.cpp_jit import _support
 
 # int (*)(DLTensor*, DLManagedTensorVersioned**, void* error_ctx, SetError)

@@ -1,0 +1,69 @@
+"""The internal API of core for TensorPlay's own sibling distributions.
+
+tensorplay-library, -compile, -kernels and -cppjit build on core. What they need beyond
+the public API (``tensorplay``, ``tensorplay.capture``, ``tensorplay.autograd``, ...) is
+listed here, and only here: they import this module and never a private module of core
+(``tensorplay._dispatch``, ``tensorplay.autograd._record``, ...). The import-linter
+contracts in pyproject.toml (``[tool.importlinter]``, run by ``tools/lint_imports.py`` in
+CI) enforce that, so a reader sees every connection between the distributions in one
+place. One exception: each component's ``__init__`` first imports
+``tensorplay.utils._require_core``, which must work even when ``tensorplay`` is PyPI's
+unrelated package (it names the problem instead of failing here).
+
+The names are internal: they may change in any release, together with the siblings (all
+distributions share one version and pin each other exactly).
+"""
+
+from __future__ import annotations
+
+from tensorplay import _ops, amp
+from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kernel, state
+from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
+from tensorplay._tensor import data_ptr_of
+from tensorplay.autograd._record import differentiable_dtype, sum_to
+from tensorplay.utils import _python_dispatch
+
+__all__ = [
+    "OPS",
+    "OpDef",
+    "get_device_kernel",
+    "set_device_kernel",
+    "dispatch_state",
+    "dispatch_mode_stack",
+    "autocast_any_enabled",
+    "register_op_name",
+    "DLPACK_DTYPES",
+    "DLTensor",
+    "data_ptr_of",
+    "differentiable_dtype",
+    "sum_to",
+]
+
+# ---- the dispatcher ------------------------------------------------------------------------
+# OPS: the op table (name -> OpDef row). get/set_device_kernel: replace a row's kernel on a
+# device (tensorplay-kernels routes CUDA ops to its Triton kernels).
+
+#: ``dispatch_state.plain`` is the fast-path gate: True while no layer (override or dispatch
+#: mode, profiler, autocast, graph capture) needs to see individual calls. Read it on a hot
+#: path as an attribute; a layer that must see every call uses ``block()`` / ``unblock()``.
+dispatch_state = state
+
+#: ``dispatch_mode_stack.modes``: this thread's active dispatch modes, innermost last.
+dispatch_mode_stack = _python_dispatch._stack
+
+
+def autocast_any_enabled() -> bool:
+    """Some ``tp.autocast`` region is enabled in this thread (for any device type)."""
+    return amp._local.any_enabled
+
+
+#: ``register_op_name(namespace, name, op)`` publishes ``op`` as ``tp.ops.<namespace>.<name>``.
+register_op_name = _ops.add
+
+# ---- DLPack ---------------------------------------------------------------------------------
+# DLTensor: the ctypes layout of DLPack's DLTensor. DLPACK_DTYPES: (code, bits) -> dtype.
+
+# ---- tensors and autograd -------------------------------------------------------------------
+# data_ptr_of(t): the address of t's first element (Tensor.data_ptr without the override
+# check). differentiable_dtype(dtype): whether autograd tracks tensors of that dtype.
+# sum_to(grad, shape): reduce a broadcast gradient back to an input's shape.
