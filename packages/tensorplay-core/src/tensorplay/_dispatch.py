@@ -8,7 +8,11 @@ hands over to ``call``, the one general path:
     check arguments -> common device -> dtype (promotion) -> meta rule (shape)
     -> kernel on numpy/CuPy arrays -> wrap result (or write into out=/self)
 
-Overrides, modes, autocast and autograd plug in at ``call`` through ``state``.
+Overrides, modes, autocast and autograd plug in at ``call``: each registers itself by
+name when its module is imported (``register_autograd``, ``register_overrides``,
+``register_dispatch_modes``; ``push_layer``/``pop_layer`` for the layers that are on only
+while active, the profiler and autocast). Until then the stand-ins below answer "nothing
+to do", so ``_dispatch`` imports none of them.
 """
 
 from __future__ import annotations
@@ -28,7 +32,20 @@ from tensorplay._native import NATIVE
 from tensorplay._storage import cpu_empty
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, wrap_array
 
-__all__ = ["OpDef", "register", "call", "OPS", "state", "set_device_kernel", "get_device_kernel"]
+__all__ = [
+    "OpDef",
+    "register",
+    "call",
+    "OPS",
+    "state",
+    "set_device_kernel",
+    "get_device_kernel",
+    "register_autograd",
+    "register_overrides",
+    "register_dispatch_modes",
+    "push_layer",
+    "pop_layer",
+]
 
 
 class _State:
@@ -70,7 +87,7 @@ class _NoAutograd:
     needs_forward = needs_grad
 
 
-autograd_hooks = _NoAutograd  # replaced by the tensorplay.autograd._record module
+autograd_hooks = _NoAutograd  # tensorplay.autograd._record, via register_autograd
 
 
 class _NoOverrides:
@@ -81,7 +98,7 @@ class _NoOverrides:
         return False
 
 
-overrides_hook = _NoOverrides  # replaced by the tensorplay.overrides module
+overrides_hook = _NoOverrides  # tensorplay.overrides, via register_overrides
 
 
 class _NoDispatchModes:
@@ -90,7 +107,29 @@ class _NoDispatchModes:
         return False
 
 
-dispatch_modes = _NoDispatchModes  # replaced by tensorplay.utils._python_dispatch at import
+dispatch_modes = _NoDispatchModes  # tensorplay.utils._python_dispatch, via register_dispatch_modes
+
+
+def register_autograd(recorder) -> None:
+    """The autograd layer: ``recorder`` answers ``needs_grad``/``needs_forward`` for a call's
+    inputs and records graph nodes (``record``, ``forward``, ``check_out_arg``). Called once,
+    by ``tensorplay.autograd`` at import."""
+    global autograd_hooks
+    autograd_hooks = recorder
+
+
+def register_overrides(handler) -> None:
+    """The ``__tensorplay_function__`` layer: ``handler.needs_dispatch(targs, params, out)``
+    and ``handler.dispatch(...)``. Called once, by ``tensorplay.overrides`` at import."""
+    global overrides_hook
+    overrides_hook = handler
+
+
+def register_dispatch_modes(modes) -> None:
+    """The dispatch-mode layer (below autograd): ``modes.active()`` and ``modes.run(...)``.
+    Called once, by ``tensorplay.utils._python_dispatch`` at import."""
+    global dispatch_modes
+    dispatch_modes = modes
 
 
 @dataclasses.dataclass(eq=False)
@@ -345,9 +384,22 @@ def _below_autograd_mode(row, targs, params, out, inplace):
 # Layers that see every call while they are active (profiler, autocast): each is a
 # function ``layer(next, row, targs, params, out, inplace)`` that may change the call
 # and must return ``next(row, targs, params, out, inplace)`` (or a result of its own).
-# A component activating a layer appends it here and calls ``state.block()`` (so the
-# fast path steps aside); it removes it and calls ``state.unblock()`` when done.
+# Added with ``push_layer`` and removed with ``pop_layer``.
 layers: list = []
+
+
+def push_layer(layer) -> None:
+    """Make ``layer`` see every call (innermost so far) and keep the fast path aside."""
+    layers.append(layer)
+    state.block()
+
+
+def pop_layer(layer) -> None:
+    """Undo ``push_layer(layer)``."""
+    try:
+        layers.remove(layer)
+    finally:
+        state.unblock()
 
 
 def _through_layers(i, row, targs, params, out, inplace):

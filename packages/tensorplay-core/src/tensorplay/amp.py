@@ -22,7 +22,7 @@ One difference from PyTorch: torch's CPU float32 list is short (it leaves ``sum`
 types, so reductions stay float32 everywhere (the TensorPlay spec).
 
 The state is thread-local, per device type. While any autocast region is enabled,
-a layer in ``tensorplay._dispatch.layers`` sees every call (see ``_dispatch``).
+a layer sees every call (``_dispatch.push_layer``).
 """
 
 from __future__ import annotations
@@ -108,8 +108,7 @@ def _install() -> None:
     with _lock:
         _active += 1
         if _active == 1:
-            _dispatch.layers.append(_layer)
-            _dispatch.state.block()
+            _dispatch.push_layer(_layer)
 
 
 def _uninstall() -> None:
@@ -117,8 +116,7 @@ def _uninstall() -> None:
     with _lock:
         _active -= 1
         if _active == 0:
-            _dispatch.layers.remove(_layer)
-            _dispatch.state.unblock()
+            _dispatch.pop_layer(_layer)
 
 
 class autocast:  # noqa: N801 - torch's name

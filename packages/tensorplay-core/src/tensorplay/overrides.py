@@ -438,4 +438,4 @@ def get_overridable_functions() -> dict:
 # Tensor's default handler (a classmethod, like torch.Tensor.__torch_function__); a plain
 # or subclass Tensor that only inherits it is not an overloaded argument.
 Tensor.__tensorplay_function__ = classmethod(_tensor_default)
-_dispatch.overrides_hook = sys.modules[__name__]  # call() now consults this module
+_dispatch.register_overrides(sys.modules[__name__])  # call() now consults this module

@@ -7,8 +7,8 @@
 >>> [a.key for a in prof.key_averages()]
 ['add']
 
-How it works: while a ``profile`` is active, a layer sits in ``_dispatch.layers`` (and
-``_dispatch.state.block()`` keeps the fast path aside), so every op call becomes one
+How it works: while a ``profile`` is active, a layer sees every call
+(``_dispatch.push_layer``, which also keeps the fast path aside), so every op call becomes one
 event named after its op-table row (``add``, ``matmul``; in-place calls get a trailing
 underscore: ``add_``). Outside ``profile`` the layer is not installed at all: ops pay
 nothing beyond the existing ``state.plain`` check, and ``record_function`` / ``span``
@@ -258,8 +258,7 @@ class profile:
             _active = self
             self._running = True
             self._start_ns = time.perf_counter_ns()
-            _dispatch.layers.append(self._layer)
-            _dispatch.state.block()
+            _dispatch.push_layer(self._layer)
 
     def stop(self) -> None:
         global _active
@@ -269,9 +268,8 @@ class profile:
             self._running = False
             self._stop_ns = time.perf_counter_ns()
             try:
-                _dispatch.layers.remove(self._layer)
+                _dispatch.pop_layer(self._layer)
             finally:
-                _dispatch.state.unblock()
                 _active = None
 
     def __enter__(self) -> profile:

@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 tensor_api.install()
-_dispatch.autograd_hooks = _record  # from now on the dispatcher records graphs
+_dispatch.register_autograd(_record)  # from now on the dispatcher records graphs
 
 # the functional API loads on first use (it costs ~10 ms of import time)
 _LAZY = {

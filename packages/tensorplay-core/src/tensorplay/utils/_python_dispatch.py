@@ -138,4 +138,4 @@ def _flat(values):
             yield v
 
 
-_dispatch.dispatch_modes = sys.modules[__name__]  # execute() consults this module
+_dispatch.register_dispatch_modes(sys.modules[__name__])  # execute() consults this module
