@@ -105,85 +105,23 @@ def lower_region(
     fast_math: bool,
     vector_lanes: int | None,
 ) -> Kernel:
-    """Build and compile ``region`` for ``target``."""
-    te, tirx = tvm.te, tvm.tirx
-    fm = FastMath(tvm)
+    """Build and compile ``region`` for ``target``, in five steps:
 
-    # ---- shapes: ints (static) or _Dim (dynamic) per axis of every value -------------
-    dims: dict[Node, tuple] = {}
-    for inp in region.inputs:
-        shape = tuple(inp.meta["val"].shape)
-        dims[inp] = tuple(n if (not dynamic or n in (0, 1)) else _Dim() for n in shape)
-    for node in region.nodes:
-        op = region.ops[node]
-        rank = len(node.meta["val"].shape)
-        operand_dims = [_aligned(dims[o], rank) for o in op.operands if isinstance(o, Node)]
-        if dynamic:
-            dims[node] = tuple(_unify([d[a] for d in operand_dims]) for a in range(rank))
-        else:
-            dims[node] = tuple(node.meta["val"].shape)
-
-    def as_var(d: Any, name: str) -> Any:
-        if not isinstance(d, _Dim):
-            return d
-        r = d.root()
-        if r.var is None:
-            r.var = te.var(name, "int64")
-        return r.var
-
-    placeholders = {}
-    for k, inp in enumerate(region.inputs):
-        shape = [as_var(d, f"n{k}_{a}") for a, d in enumerate(dims[inp])]
-        placeholders[inp] = te.placeholder(shape, _dtype_of(inp), name=f"in{k}_{inp.name}")
-
-    # ---- expressions -------------------------------------------------------------------
-    def operand(value: Any, rank: int, idx: tuple, dtype: str) -> Any:
-        """``value`` at output index ``idx``, converted to ``dtype`` (broadcast by rank)."""
-        if not isinstance(value, Node):
-            return tirx.const(value, dtype)
-        own = dims[value]
-        offset = rank - len(own)
-        # a size-1 axis broadcasts: always read its element 0
-        sub = tuple(0 if d == 1 else idx[offset + a] for a, d in enumerate(own))
-        expr = placeholders[value](*sub) if value in placeholders else build(value, sub)
-        return expr if str(expr.ty) == dtype else expr.astype(dtype)
-
-    # Values are composed inline (one expression per output), every read building a fresh
-    # copy (see _lowerings); the partitioner bounds how large that gets (``expansion``).
-    def build(node: Node, idx: tuple) -> Any:
-        return _emit(region.ops[node], len(dims[node]), idx)
-
-    def body(members: list) -> Any:
-        def fcompute(*idx: Any) -> Any:  # TE reads the positional arity
-            exprs = [fm.hoisted(lambda m=m: build(m, tuple(idx))) for m in members]
-            return exprs if len(exprs) > 1 else exprs[0]
-
-        return fcompute
-
-    def _emit(op: PointwiseOp, rank: int, idx: tuple) -> Any:
-        lowering = LOWERINGS[op.name]
-        dts = ["bool" if i in lowering.bool_operands else op.compute_dtype for i in range(3)]
-        args = [
-            None if o is None else (lambda o=o, dt=dt: operand(o, rank, idx, dt))
-            for o, dt in zip(op.operands, dts)
-        ]
-        k = Tir(tvm, fm, op.compute_dtype, fast=fast_math and op.dtype == "float32")
-        return lowering.formula(k, op, *args).astype(op.dtype)
-
-    # ---- one compute per output shape ----------------------------------------------------
-    groups: dict[tuple, list[Node]] = {}
-    for out in region.outputs:
-        key = tuple(d.root() if isinstance(d, _Dim) else d for d in dims[out])
-        groups.setdefault(key, []).append(out)
-    outputs: list[Node] = []
-    tensors = []
-    for g, (_, members) in enumerate(groups.items()):
-        shape = [as_var(d, f"m{g}_{a}") for a, d in enumerate(dims[members[0]])]
-
-        result = te.compute(shape, body(members), name=f"out{g}")
-        result = result if isinstance(result, (list, tuple)) else [result]
-        outputs.extend(members)
-        tensors.extend(result)
+    1. ``_value_dims``: the size of every axis of every value in the region (ints, or
+       ``_Dim`` s unified across broadcasting when ``dynamic``);
+    2. ``_placeholders``: one ``te.placeholder`` per region input;
+    3. ``_Composer``: a node's scalar expression at an output index, its formula
+       (``_lowerings``) applied to operands read from the placeholders or composed inline
+       from the region's other nodes, so no intermediate is ever stored;
+    4. ``_computes``: one ``te.compute`` per output shape (``_output_groups``), which
+       fixes the kernel's output order;
+    5. ``te.create_prim_func``, ``_schedule`` and ``tvm.compile``.
+    """
+    te = tvm.te
+    dims = _value_dims(region, dynamic=dynamic)
+    placeholders = _placeholders(te, region, dims)
+    composer = _Composer(tvm, region, dims, placeholders, fast_math=fast_math)
+    outputs, tensors = _computes(te, composer, _output_groups(region.outputs, dims), dims)
     region.outputs = outputs  # the kernel's output order
     func = te.create_prim_func([*placeholders.values(), *tensors])
     mod = _schedule(tvm, func, target, parallel=parallel, vector_lanes=vector_lanes)
@@ -197,6 +135,132 @@ def lower_region(
         output_dtypes=[_dtype_of(o) for o in outputs],
         source=mod.script(),
     )
+
+
+def _value_dims(region: Region, *, dynamic: bool) -> dict[Node, tuple]:
+    """Per region input and node, the size of each axis.
+
+    Static: the meta value's shape. Dynamic: an input's size that is not 0 or 1 becomes a
+    fresh ``_Dim``, and a node's axis unifies its operands' (broadcast) axes.
+    """
+    dims: dict[Node, tuple] = {}
+    for inp in region.inputs:
+        shape = tuple(inp.meta["val"].shape)
+        dims[inp] = tuple(n if (not dynamic or n in (0, 1)) else _Dim() for n in shape)
+    for node in region.nodes:
+        op = region.ops[node]
+        rank = len(node.meta["val"].shape)
+        operand_dims = [_aligned(dims[o], rank) for o in op.operands if isinstance(o, Node)]
+        if dynamic:
+            dims[node] = tuple(_unify([d[a] for d in operand_dims]) for a in range(rank))
+        else:
+            dims[node] = tuple(node.meta["val"].shape)
+    return dims
+
+
+def _extent(te: Any, d: Any, name: str) -> Any:
+    """An axis size for TE: the int itself, or the ``te.var`` of ``d``'s union-find class
+    (made, and named ``name``, by its first use)."""
+    if not isinstance(d, _Dim):
+        return d
+    r = d.root()
+    if r.var is None:
+        r.var = te.var(name, "int64")
+    return r.var
+
+
+def _placeholders(te: Any, region: Region, dims: dict[Node, tuple]) -> dict[Node, Any]:
+    """One ``te.placeholder`` per region input, in the kernel's argument order."""
+    placeholders = {}
+    for k, inp in enumerate(region.inputs):
+        shape = [_extent(te, d, f"n{k}_{a}") for a, d in enumerate(dims[inp])]
+        placeholders[inp] = te.placeholder(shape, _dtype_of(inp), name=f"in{k}_{inp.name}")
+    return placeholders
+
+
+class _Composer:
+    """The scalar expressions of a region's nodes, composed inline.
+
+    ``expression(node, idx)`` is ``node``'s value at output index ``idx``: its lowering's
+    formula applied to its operands, each a placeholder read or another node's expression.
+    Every read composes a fresh copy (formulas take operands as thunks; see
+    ``_lowerings``); the partitioner bounds how large that gets (``expansion``).
+    """
+
+    def __init__(
+        self,
+        tvm: ModuleType,
+        region: Region,
+        dims: dict[Node, tuple],
+        placeholders: dict[Node, Any],
+        *,
+        fast_math: bool,
+    ) -> None:
+        self.tvm = tvm
+        self.ops = region.ops
+        self.dims = dims
+        self.placeholders = placeholders
+        self.fast_math = fast_math
+        self.fm = FastMath(tvm)
+
+    def fcompute(self, members: list[Node]) -> Any:
+        """The ``fcompute`` of one ``te.compute`` producing ``members`` (a tuple when several)."""
+
+        def fcompute(*idx: Any) -> Any:  # TE reads the positional arity
+            exprs = [self.fm.hoisted(lambda m=m: self.expression(m, tuple(idx))) for m in members]
+            return exprs if len(exprs) > 1 else exprs[0]
+
+        return fcompute
+
+    def expression(self, node: Node, idx: tuple) -> Any:
+        """``node``'s value at index ``idx`` of its own shape, in its dtype."""
+        op: PointwiseOp = self.ops[node]
+        rank = len(self.dims[node])
+        lowering = LOWERINGS[op.name]
+        dts = ["bool" if i in lowering.bool_operands else op.compute_dtype for i in range(3)]
+        args = [
+            None if o is None else (lambda o=o, dt=dt: self.operand(o, rank, idx, dt))
+            for o, dt in zip(op.operands, dts)
+        ]
+        k = Tir(self.tvm, self.fm, op.compute_dtype, fast=self.fast_math and op.dtype == "float32")
+        return lowering.formula(k, op, *args).astype(op.dtype)
+
+    def operand(self, value: Any, rank: int, idx: tuple, dtype: str) -> Any:
+        """``value`` at output index ``idx``, converted to ``dtype`` (broadcast by rank)."""
+        if not isinstance(value, Node):
+            return self.tvm.tirx.const(value, dtype)
+        own = self.dims[value]
+        offset = rank - len(own)
+        # a size-1 axis broadcasts: always read its element 0
+        sub = tuple(0 if d == 1 else idx[offset + a] for a, d in enumerate(own))
+        if value in self.placeholders:
+            expr = self.placeholders[value](*sub)
+        else:
+            expr = self.expression(value, sub)
+        return expr if str(expr.ty) == dtype else expr.astype(dtype)
+
+
+def _output_groups(outputs: list[Node], dims: dict[Node, tuple]) -> list[list[Node]]:
+    """The region's outputs grouped by shape (a symbolic axis by its union-find class)."""
+    groups: dict[tuple, list[Node]] = {}
+    for out in outputs:
+        key = tuple(d.root() if isinstance(d, _Dim) else d for d in dims[out])
+        groups.setdefault(key, []).append(out)
+    return list(groups.values())
+
+
+def _computes(
+    te: Any, composer: _Composer, groups: list[list[Node]], dims: dict[Node, tuple]
+) -> tuple[list[Node], list]:
+    """One ``te.compute`` per group: the outputs in kernel order and their TE tensors."""
+    outputs: list[Node] = []
+    tensors = []
+    for g, members in enumerate(groups):
+        shape = [_extent(te, d, f"m{g}_{a}") for a, d in enumerate(dims[members[0]])]
+        result = te.compute(shape, composer.fcompute(members), name=f"out{g}")
+        outputs.extend(members)
+        tensors.extend(result if isinstance(result, (list, tuple)) else [result])
+    return outputs, tensors
 
 
 MAX_EXPRESSION = 2000
