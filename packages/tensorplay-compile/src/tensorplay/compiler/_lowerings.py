@@ -126,6 +126,18 @@ class Tir:
             return self.fm.sigmoid(x)
         return self.const(1.0) / (self.const(1.0) + self.te.exp(-x))
 
+    def not_equal(self, x: Callable, y: Callable) -> Any:
+        """``x != y``, true where either is NaN as in numpy.
+
+        NOTE: TIR's ``!=`` on floats is LLVM's ordered compare, false for NaN, and TVM's
+        simplifier turns ``not (x == y)`` back into it, hence the explicit NaN checks.
+        """
+        tirx = self.tirx
+        differ = tirx.NE(x(), y())
+        if not self.is_float:
+            return differ
+        return tirx.Or(differ, tirx.Or(tirx.isnan(x()), tirx.isnan(y())))
+
     def nan_aware(self, pick: Callable, x: Callable, y: Callable) -> Any:
         """``pick(x, y)`` (max or min) propagating NaN as numpy's maximum/minimum do;
         LLVM's maxnum/minnum drop it."""
@@ -281,9 +293,9 @@ def _eq(k: Tir, op: Any, x: Callable, y: Callable) -> Any:
     return k.tirx.EQ(x(), y())
 
 
-@lowering("ne", compare=True)
+@lowering("ne", compare=True, copies=2)
 def _ne(k: Tir, op: Any, x: Callable, y: Callable) -> Any:
-    return k.tirx.NE(x(), y())
+    return k.not_equal(x, y)
 
 
 @lowering("lt", compare=True)
@@ -333,11 +345,12 @@ _CAST_METHODS = ("float", "double", "int", "long", "short", "bool", "byte", "cha
                  "bfloat16", "to", "type_as")  # fmt: skip
 
 
-@lowering("_to_copy", spellings=_CAST_METHODS)
+@lowering("_to_copy", spellings=_CAST_METHODS, copies=2)
 def _to_copy(k: Tir, op: Any, x: Callable) -> Any:
     # computed in the source dtype: a cast to bool is a comparison with 0 there
-    value = x()
-    return value != k.const(0) if op.dtype == "bool" and k.dtype != "bool" else value
+    if op.dtype == "bool" and k.dtype != "bool":
+        return k.not_equal(x, lambda: k.const(0))
+    return x()
 
 
 # ---- pointwise rows not lowered, and why -----------------------------------------------------
