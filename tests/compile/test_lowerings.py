@@ -1,6 +1,6 @@
 """The lowering registry against core's op table, and every lowering against eager.
 
-Every pointwise row of ``tensorplay._dispatch.OPS`` has a lowering or a reason in
+Every pointwise row of ``tensorplay._extension.OPS`` has a lowering or a reason in
 ``NOT_LOWERED`` (a new row fails here until someone decides), every lowering names a row,
 and every lowering's calls give eager's values, dtypes and shapes when compiled with the
 TVM backend (NaN, infinities and signed zeros included). Skipped without apache-tvm,
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from tensorplay._dispatch import OPS
+from tensorplay._extension import OPS
 from tensorplay.compiler._lowerings import LOWERINGS, NOT_LOWERED, find
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "compile.md"

@@ -8,7 +8,7 @@ grows (``copies``). The partitioner (``_pointwise``) derives which nodes it can 
 from this registry and the TVM lowering (``_tvm_lower``) calls the formulas; neither
 keeps a list of its own.
 
-Every pointwise row of core's op table (``tensorplay._dispatch.OPS``) either has an
+Every pointwise row of core's op table (``tensorplay._extension.OPS``) either has an
 entry here or a reason in ``NOT_LOWERED``; tests/compile/test_lowerings.py fails on a row
 that has neither, so a new row is lowered (or not) by decision, never by omission. To
 lower an op: write its formula here, remove it from ``NOT_LOWERED`` and add its calls to
