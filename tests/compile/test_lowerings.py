@@ -67,6 +67,16 @@ def test_the_docs_list_what_is_lowered():
     assert set(listed.group(1).split()) == set(LOWERINGS) - comparisons - {"_to_copy"}
 
 
+@pytest.mark.usefixtures("tvm")
+def test_the_report_says_why_a_pointwise_row_is_not_lowered():
+    compiled = tp.compile(lambda x: tp.floor(x * 2) + tp.matmul(x, x.T).sum(), backend="tvm")
+    compiled(tp.randn(3, 3))
+    report = compiled.report()
+    assert report["floor"].reason == f"floor is not lowered: {NOT_LOWERED['floor']}"
+    assert report["matmul"].reason == f"matmul is not lowered: {NOT_LOWERED['matmul']}"
+    assert report["sum"].reason == "not pointwise"
+
+
 # ---- every lowering against eager -----------------------------------------------------------
 
 nan, inf = math.nan, math.inf

@@ -17,7 +17,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay.compiler._barriers import barrier_kind
-from tensorplay.compiler._lowerings import Lowering, find
+from tensorplay.compiler._lowerings import NOT_LOWERED, Lowering, find
 from tensorplay.graph._graph import Graph, Node
 
 __all__ = ["Plan", "PointwiseOp", "Region", "normalise", "partition"]
@@ -78,6 +78,8 @@ def normalise(node: Node) -> tuple[PointwiseOp | None, str]:
         return None, "not a TensorPlay op"
     lowering = find(name)
     if lowering is None:
+        if name in NOT_LOWERED:
+            return None, f"{name} is not lowered: {NOT_LOWERED[name]}"
         return None, "not pointwise" if not name.endswith("_") else "in-place op"
     if lowering.name == "_to_copy":
         return _cast(node, name, args, kwargs)
