@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import subprocess
+import sys
 import weakref
 
 import numpy as np
@@ -361,6 +363,27 @@ def test_rejected_capsule_keeps_the_consumers_error():
     del t
     collect()
     assert storage() is None
+
+
+def test_exports_outlive_the_module_names_of_their_callbacks():
+    # At interpreter shutdown a consumer (numpy's array from np.from_dlpack, an unconsumed
+    # capsule) may free our export after this module's globals are gone: the C thunks of the
+    # deleter and the capsule destructor must stay callable.
+    code = """if True:
+        import gc, sys
+        import numpy as np
+        import tensorplay as tp
+        a = np.from_dlpack(tp.ones(3) * 2)
+        unconsumed = (tp.ones(2) * 3).__dlpack__()
+        module = sys.modules["tensorplay._dlpack"]
+        del module._deleter, module._capsule_destructor
+        gc.collect()
+        del a, unconsumed
+        gc.collect()
+        print("freed")
+    """
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert (done.returncode, done.stdout) == (0, "freed\n"), done.stderr
 
 
 # ---- torch ---------------------------------------------------------------------------------------

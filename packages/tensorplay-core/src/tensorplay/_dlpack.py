@@ -157,24 +157,39 @@ _pending: list = []
 _pending_lock = threading.Lock()
 
 
+# The two callbacks below are called by C code that may run during interpreter shutdown (a
+# consumer's array still holding our export when the last garbage collection frees it), after
+# this module's globals are gone: they use only their default arguments, and their C thunks
+# are never freed (one reference is leaked on purpose), so the address stays callable.
+
+
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _deleter(managed_ptr):
+def _deleter(managed_ptr, _pop=_exports.pop):
     # Called by the consumer when it is done with the memory (any thread: ctypes
     # takes the GIL). Dropping the record frees the struct and, once no one else
     # uses it, the tensor's storage.
-    _exports.pop(managed_ptr, None)
+    _pop(managed_ptr, None)
 
 
 @ctypes.CFUNCTYPE(None, ctypes.c_void_p)
-def _capsule_destructor(capsule_ptr):
+def _capsule_destructor(
+    capsule_ptr,
+    _pop=_exports.pop,
+    _is_valid=_PyCapsule_IsValid,
+    _get=_PyCapsule_GetPointer,
+    _names=(b"dltensor_versioned", b"dltensor"),
+):
     # DLPack's rule: if the capsule still has its original name nobody consumed it,
     # so the producer frees it; a "used_..." capsule belongs to its consumer.
-    for name in (b"dltensor_versioned", b"dltensor"):
-        if _PyCapsule_IsValid(capsule_ptr, name):
-            _exports.pop(_PyCapsule_GetPointer(capsule_ptr, name), None)
+    for name in _names:
+        if _is_valid(capsule_ptr, name):
+            _pop(_get(capsule_ptr, name), None)
             return
 
 
+for _callback in (_deleter, _capsule_destructor):
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(_callback))
+del _callback
 _DELETER_ADDR = ctypes.cast(_deleter, ctypes.c_void_p).value
 _DESTRUCTOR_ADDR = ctypes.cast(_capsule_destructor, ctypes.c_void_p).value
 
