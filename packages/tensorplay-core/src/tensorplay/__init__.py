@@ -5,6 +5,7 @@
 12.0
 """
 
+import sys
 from pkgutil import extend_path
 
 # Other distributions (tensorplay-library, -compile, ...) add subpackages to this package.
@@ -47,27 +48,20 @@ from tensorplay._factories import (
     arange,
     as_tensor,
     empty,
-    empty_like,
     eye,
     from_numpy,
     full,
-    full_like,
     initial_seed,
     linspace,
     manual_seed,
     ones,
-    ones_like,
     rand,
-    rand_like,
     randint,
-    randint_like,
     randn,
-    randn_like,
     randperm,
     seed,
     tensor,
     zeros,
-    zeros_like,
 )
 from tensorplay._meta import broadcast_shapes
 from tensorplay._storage import UntypedStorage
@@ -82,6 +76,16 @@ from tensorplay.autograd.grad_mode import (
     no_grad,
     set_grad_enabled,
 )
+from tensorplay.overrides import (  # hand-written and overridable (see overrides)
+    empty_like,
+    full_like,
+    numel,
+    ones_like,
+    rand_like,
+    randint_like,
+    randn_like,
+    zeros_like,
+)
 from tensorplay.utils import _python_dispatch  # noqa: F401 - installs the dispatch-mode hook
 
 # Every public op-table row is ``tp.<name>`` (one definition per op, in a _rows/ module); the
@@ -95,10 +99,6 @@ _PUBLIC_OPS = {
 
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
-
-
-def numel(input: Tensor) -> int:
-    return input.numel()
 
 
 def result_type(tensor1, tensor2) -> dtype:
@@ -156,4 +156,4 @@ def __dir__():
 
 
 # Last: every module has added its Tensor methods; make the hand-written ones overridable.
-overrides.install(globals())
+overrides.install(sys.modules[__name__])

@@ -25,6 +25,10 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+# the package this command reports on (already imported to run this module; nothing imports
+# this module back). Its other modules are imported by the probes, after main() has made sure
+# that this ``tensorplay`` is ours: a foreign one may lack them.
+import tensorplay
 from tensorplay.utils import _install
 
 __all__ = ["main", "collect"]
@@ -111,7 +115,7 @@ def probe_package(module: str, dists: tuple, check_import: bool) -> str:
 
 
 def probe_cuda() -> str:
-    from tensorplay import cuda  # noqa: PLC0415
+    from tensorplay import cuda  # noqa: PLC0415 - only once we know this tensorplay is ours
 
     why = cuda.unavailable_reason()
     if why is not None:
@@ -234,7 +238,7 @@ def probe_compile_backend(check_import: bool) -> str:
 
 def probe_native() -> str:
     """Whether the native hot paths (tensorplay._C) run, or why the Python twins do."""
-    from tensorplay import _native  # noqa: PLC0415
+    from tensorplay import _native  # noqa: PLC0415 - only once we know this tensorplay is ours
 
     if _native.NATIVE is not None:
         return f"loaded ({_native.NATIVE.__file__})"
@@ -243,7 +247,6 @@ def probe_native() -> str:
 
 def collect(check_imports: bool = True) -> dict:
     """All probe results as ``{section: [(label, text), ...]}`` (never raises)."""
-    import tensorplay  # noqa: PLC0415
 
     def version_of(module: str) -> str:
         return _dist_version(module.replace("_", "-"), module) or "version unknown"

@@ -1,5 +1,7 @@
 """Attach the op table to ``Tensor`` (methods, in-place methods, operators) and add the
-few methods that are compositions of ops rather than ops (``to``, ``copy_``, ``max``...).
+few methods that are compositions of ops rather than ops (``to``, ``copy_``, ``max``...)
+or need the factories or DLPack (``Tensor(data)``, ``new_zeros``, ``__dlpack__``, pickling):
+``_tensor`` imports none of those, so it stays a leaf of the import graph.
 """
 
 from __future__ import annotations
@@ -8,11 +10,13 @@ import math
 
 import numpy as np
 
-from tensorplay import _device, _dispatch, _dtype as D, _indexing, overrides
+from tensorplay import _device, _dispatch, _dlpack, _dtype as D, _factories, _indexing, overrides
 from tensorplay._device import CPU, META, canonical
 from tensorplay._dispatch import OPS, check_writable, native_fast
+from tensorplay._meta import broadcast_shapes
 from tensorplay._optable import ROWS, MinMax
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor
+from tensorplay.autograd import Function
 
 _NUMBER = (bool, int, float, complex, np.generic)
 _REFLECTED = {
@@ -201,9 +205,7 @@ def _to(self, *args, **kwargs):
 def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
     """A copy of ``t`` with dtype ``dt`` on device ``dev``."""
     if t.requires_grad or "_fw_tangent" in t.__dict__:
-        from tensorplay._indexing import _grad_on  # noqa: PLC0415
-
-        if _grad_on():
+        if _indexing._grad_on():
             if dev is not t.device:
                 return _device_move().apply(t, dt, dev)
             return OPS["_to_copy"].fn(t, dt)
@@ -233,9 +235,8 @@ _MOVE = []
 def _device_move():
     """The differentiable cross-device copy (``x.cuda()``, ``x.to("cpu", tp.float64)`` on a
     tensor that requires grad): gradients (and tangents) move back to the input's device
-    and dtype. An autograd Function, built on first use (autograd imports this module)."""
+    and dtype. An autograd Function, built on first use."""
     if not _MOVE:
-        from tensorplay.autograd import Function  # noqa: PLC0415
 
         class ToDevice(Function):
             @staticmethod
@@ -261,8 +262,6 @@ def _copy_(self, src, non_blocking=False):
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
     check_writable("copy_", self)
-    from tensorplay._meta import broadcast_shapes  # noqa: PLC0415
-
     if broadcast_shapes(self._shape, src._shape, op="copy_") != self._shape:
         raise RuntimeError(
             f"copy_(): source of shape {list(src._shape)} cannot be broadcast to "
@@ -326,14 +325,12 @@ def _random_(name, sample):
         check_writable(name, self)
         if not self.dtype.is_floating_point:
             raise RuntimeError(f"{name}(): expected a floating point tensor, got {self.dtype}")
-        from tensorplay._factories import default_generator  # noqa: PLC0415
-
         if _dispatch.autograd_hooks.needs_grad((self,)):
             _dispatch.autograd_hooks.record_write(name, self)
         if _dispatch.autograd_hooks.needs_forward((self,)):
             _dispatch.autograd_hooks.forward_overwrite(self)
         if self._data is not None:
-            rng = (generator or default_generator)._rng
+            rng = (generator or _factories.default_generator)._rng
             vals = sample(rng, self._shape, *args)
             tmp = adopt_array(np.asarray(vals).astype(self.dtype.np), self.dtype, CPU)
             _write(self, tmp)
@@ -360,6 +357,78 @@ def _type(self, dtype=None):
     if dtype is None:
         return f"tensorplay.{self.dtype.name.capitalize()}Tensor"
     return _to(self, dtype)
+
+
+# ---- construction, new_*, DLPack, pickling: the factories' and _dlpack's part of Tensor ----------
+
+
+def _init(self, data=None, *, dtype=None, device=None, requires_grad: bool = False):
+    """``tp.Tensor(data)``: the same data ``tp.tensor`` accepts (an empty tensor by default)."""
+    if data is None:
+        data = []
+    _factories._tensor_fields(self, data, dtype, device, requires_grad)
+
+
+def _new_factory(name, make):
+    def method(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
+        return make(
+            *size,
+            dtype=dtype or self.dtype,
+            device=device or self.device,
+            requires_grad=requires_grad,
+        )
+
+    method.__name__ = name
+    return method
+
+
+def _new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    return _factories.full(
+        size,
+        fill_value,
+        dtype=dtype or self.dtype,
+        device=device or self.device,
+        requires_grad=requires_grad,
+    )
+
+
+def _new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _factories.tensor(
+        data,
+        dtype=dtype or self.dtype,
+        device=device or self.device,
+        requires_grad=requires_grad,
+    )
+
+
+def _dlpack_(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+    return _dlpack.to_dlpack_capsule(
+        self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
+    )
+
+
+def _dlpack_device_(self):
+    return _dlpack.dlpack_device(self)
+
+
+def _reduce_ex(self, proto):
+    return (_factories.tensor, (self.detach().cpu().numpy().copy(),), None)
+
+
+def _install_factory_methods():
+    for name, fn in [
+        ("__init__", _init),
+        ("__dlpack__", _dlpack_),
+        ("__dlpack_device__", _dlpack_device_),
+        ("__reduce_ex__", _reduce_ex),
+        ("new_empty", _new_factory("new_empty", _factories.empty)),
+        ("new_zeros", _new_factory("new_zeros", _factories.zeros)),
+        ("new_ones", _new_factory("new_ones", _factories.ones)),
+        ("new_full", _new_full),
+        ("new_tensor", _new_tensor),
+    ]:
+        fn.__name__, fn.__qualname__ = name, f"Tensor.{name}"
+        setattr(Tensor, name, fn)
 
 
 def _install_composites():
@@ -404,4 +473,5 @@ def _install_composites():
 
 
 _attach()
+_install_factory_methods()
 _install_composites()

@@ -40,6 +40,8 @@ import numpy as np
 
 from tensorplay import _device, _dtype as D
 from tensorplay._device import CPU
+from tensorplay._factories import wrap_foreign
+from tensorplay._tensor import Tensor, adopt_array, contiguous_strides
 
 __all__ = ["from_dlpack", "to_dlpack_capsule", "dlpack_device"]
 
@@ -259,8 +261,6 @@ def _sync_cuda_stream(t, stream) -> None:
 
 def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=None):
     """``Tensor.__dlpack__``: a capsule describing ``t``'s memory (zero-copy when allowed)."""
-    from tensorplay._tensor import adopt_array  # noqa: PLC0415 - import cycle
-
     _sweep()
     if t._data is None:
         raise BufferError("__dlpack__(): meta tensors hold no data to export")
@@ -405,8 +405,6 @@ def _layout(dl: DLTensor):
     if dl.strides and dl.ndim:
         strides = tuple(dl.strides[i] for i in range(dl.ndim))
     else:  # NULL strides: compact row-major (allowed by DLPack < 1.2)
-        from tensorplay._tensor import contiguous_strides  # noqa: PLC0415
-
         strides = contiguous_strides(shape)
     return shape, strides
 
@@ -437,9 +435,6 @@ def _view(dl: DLTensor, dt: D.dtype, owner: _ForeignMemory, read_only: bool, dev
 
 
 def _import_capsule(capsule, *, copy=None):
-    from tensorplay._factories import wrap_foreign  # noqa: PLC0415
-    from tensorplay._tensor import adopt_array  # noqa: PLC0415
-
     ptr, dl, flags, deleter_ptr, used = _parse_capsule(capsule)
     # Validate before taking ownership: until the rename, an error leaves the
     # capsule to its producer's destructor.
@@ -491,8 +486,6 @@ def from_dlpack(ext_tensor, *, device=None, copy=None):
     always copies; ``copy=False`` raises ``BufferError`` rather than copy;
     ``device`` moves the result (a copy unless it already lives there).
     """
-    from tensorplay._tensor import Tensor  # noqa: PLC0415
-
     _sweep()
     if isinstance(ext_tensor, Tensor):
         out = ext_tensor.detach()  # shares storage and version counter, like a view

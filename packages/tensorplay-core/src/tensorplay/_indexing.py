@@ -11,7 +11,10 @@ import numpy as np
 
 from tensorplay import _dtype as D
 from tensorplay._device import CPU, cupy_or_raise
-from tensorplay._tensor import Tensor, empty_tensor, make_view, strides_of
+from tensorplay._dispatch import OPS, check_writable
+from tensorplay._factories import tensor
+from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, strides_of
+from tensorplay.autograd import forward_ad, grad_mode
 
 
 def _is_int(item) -> bool:
@@ -193,15 +196,11 @@ def _differentiated(t: Tensor) -> bool:
 
 
 def _grad_on() -> bool:
-    from tensorplay.autograd import forward_ad, grad_mode  # noqa: PLC0415
-
     return grad_mode.state.enabled or forward_ad.state.level is not None
 
 
 def _index_op(t: Tensor, arrays: tuple) -> Tensor:
     """Advanced indexing as an op-table row (``_index``), so autograd records it."""
-    from tensorplay._dispatch import OPS  # noqa: PLC0415
-
     return OPS["_index"].fn(t, indices=arrays)
 
 
@@ -211,8 +210,6 @@ def _view(t: Tensor, geometry) -> Tensor:
     if shape == t._shape and offset == t._offset and stride == strides_of(t):
         return t
     if _differentiated(t):  # through the as_strided row, so autograd records the view
-        from tensorplay._dispatch import OPS  # noqa: PLC0415
-
         return OPS["as_strided"].fn(t, *geometry)
     return make_view(t, *geometry)
 
@@ -221,8 +218,6 @@ def getitem(t: Tensor, index):
     geometry, arrays = plan(t._shape, strides_of(t), t._offset, index, t.device)
     if not arrays:
         if _differentiated(t):  # a view even when it covers all of t (x[...] is x's view)
-            from tensorplay._dispatch import OPS  # noqa: PLC0415
-
             return OPS["as_strided"].fn(t, *geometry)
         return make_view(t, *geometry)
     v = _view(t, geometry)
@@ -231,14 +226,11 @@ def getitem(t: Tensor, index):
     if v._data is None:
         probe = np.broadcast_to(np.empty((), np.int8), v._shape)[arrays]  # meta: host index arrays
         return empty_tensor(probe.shape, t.dtype, t.device)
-    from tensorplay._tensor import adopt_array  # noqa: PLC0415
 
     return adopt_array(v._data[arrays], t.dtype, t.device)
 
 
 def setitem(t: Tensor, index, value) -> None:
-    from tensorplay._dispatch import check_writable  # noqa: PLC0415
-
     check_writable("__setitem__", t)
     if not isinstance(value, Tensor):
         # torch makes a number a 0-d tensor of t's dtype first (its one-element path), then
@@ -278,9 +270,6 @@ def _setitem_recorded(t: Tensor, index, value) -> None:
     same rules); the positions it selects become index arrays over ``t``, which works for
     any index and any layout of ``t``.
     """
-    from tensorplay._dispatch import OPS  # noqa: PLC0415
-    from tensorplay._factories import tensor  # noqa: PLC0415
-
     flat = np.arange(t.numel()).reshape(t._shape)
     (shape, stride, offset), arrays = plan(
         t._shape, tuple(s // flat.itemsize for s in flat.strides), 0, index, CPU

@@ -31,7 +31,9 @@ import importlib
 import os
 import warnings
 
+from tensorplay import cuda
 from tensorplay._device import CPU
+from tensorplay._dlpack import from_dlpack
 from tensorplay._storage import Storage, _aligned_u8
 from tensorplay._tensor import Tensor
 
@@ -82,15 +84,11 @@ any_requires_grad = NATIVE.any_requires_grad if NATIVE is not None else _any_req
 
 def _from_capsule(capsule):
     """Kernel results handed back through the exchange table become TensorPlay tensors."""
-    from tensorplay._dlpack import from_dlpack  # noqa: PLC0415 - imports this module
-
     return from_dlpack(capsule)
 
 
 def _stream_ptr(device_id: int) -> int:
     """The ``cudaStream_t`` kernels launched on TensorPlay CUDA tensors should use."""
-    from tensorplay import cuda  # noqa: PLC0415
-
     return cuda.current_stream(device_id).cuda_stream
 
 

@@ -3,6 +3,9 @@
 On ``cpu``/``cuda`` a tensor also keeps ``_data``, the numpy/CuPy array that
 views exactly its elements; kernels work on it directly. Ops are not written
 here: they are rows of the op table (``_optable``) attached as methods at import.
+This module is a leaf of the package's import graph: the methods that need the factories
+or DLPack (``__init__``, ``new_*``, ``__dlpack__``, pickling) attach in ``_bind`` with the
+other methods, so that ``_factories`` and ``_dlpack`` can import this module plainly.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import numpy as np
 
 from tensorplay import _device
 from tensorplay._device import CPU, META
+from tensorplay._printing import tensor_repr
 from tensorplay._storage import CudaStorage, Storage, cpu_empty, cuda_empty, new_storage
 
 __all__ = ["Tensor", "wrap_array", "make_view", "contiguous_strides", "empty_tensor"]
@@ -54,13 +58,6 @@ class Tensor:
 
     def __new__(cls, *args, **kwargs):
         return object.__new__(cls)
-
-    def __init__(self, data=None, *, dtype=None, device=None, requires_grad: bool = False):
-        if data is None:
-            data = []
-        from tensorplay._factories import _tensor_fields  # noqa: PLC0415 - cycle
-
-        _tensor_fields(self, data, dtype, device, requires_grad)
 
     # ---- metadata -------------------------------------------------------------
     @property
@@ -239,26 +236,7 @@ class Tensor:
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
-        from tensorplay._printing import tensor_repr  # noqa: PLC0415 - printing is cold
-
         return tensor_repr(self)
-
-    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        from tensorplay._dlpack import to_dlpack_capsule  # noqa: PLC0415
-
-        return to_dlpack_capsule(
-            self, stream=stream, max_version=max_version, dl_device=dl_device, copy=copy
-        )
-
-    def __dlpack_device__(self):
-        from tensorplay._dlpack import dlpack_device  # noqa: PLC0415
-
-        return dlpack_device(self)
-
-    def __reduce_ex__(self, proto):
-        from tensorplay._factories import tensor  # noqa: PLC0415
-
-        return (tensor, (self.detach().cpu().numpy().copy(),), None)
 
     # ---- torch-compatible storage surface ---------------------------------------
     def set_(self, source=None, storage_offset: int = 0, size=None, stride=None) -> Tensor:
@@ -290,57 +268,6 @@ class Tensor:
     def _install(self, shape, stride, offset):
         self._shape, self._stride, self._offset = tuple(shape), tuple(stride), offset
         self._data = _view_array(self._storage, self.dtype, self._shape, self._stride, offset)
-
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from tensorplay._factories import empty  # noqa: PLC0415
-
-        return empty(
-            *size,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
-        return zeros(
-            *size,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from tensorplay._factories import ones  # noqa: PLC0415
-
-        return ones(
-            *size,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_full(self, size, fill_value, *, dtype=None, device=None, requires_grad=False):
-        from tensorplay._factories import full  # noqa: PLC0415
-
-        return full(
-            size,
-            fill_value,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
-
-    def new_tensor(self, data, *, dtype=None, device=None, requires_grad=False) -> Tensor:
-        from tensorplay._factories import tensor  # noqa: PLC0415
-
-        return tensor(
-            data,
-            dtype=dtype or self.dtype,
-            device=device or self.device,
-            requires_grad=requires_grad,
-        )
 
 
 class Size(tuple):

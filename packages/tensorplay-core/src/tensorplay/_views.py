@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from tensorplay._meta import wrap_dim
-from tensorplay._tensor import strides_of
+from tensorplay._tensor import _check_bounds, contiguous_strides, strides_of
 
 
 def _geo(t):
@@ -50,8 +50,6 @@ def infer_size(op: str, shape, numel: int) -> tuple:
 def view_strides(old_shape, old_stride, new_shape):
     """Strides for viewing (old_shape, old_stride) as new_shape, or None (PyTorch computeStride)."""
     if math.prod(old_shape) == 0:
-        from tensorplay._tensor import contiguous_strides  # noqa: PLC0415
-
         return contiguous_strides(new_shape)
     if not old_shape:  # a 0-d tensor views as any shape of one element (torch computeStride)
         return (1,) * len(new_shape)
@@ -218,8 +216,6 @@ def select(t, dim, index):
 
 
 def as_strided(t, size, stride, storage_offset=None):
-    from tensorplay._tensor import _check_bounds  # noqa: PLC0415
-
     size, stride = tuple(size), tuple(stride)
     if len(size) != len(stride):
         raise RuntimeError(

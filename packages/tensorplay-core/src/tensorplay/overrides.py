@@ -62,8 +62,8 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from tensorplay import _dispatch
-from tensorplay._dispatch import OPS, state
+from tensorplay import _dispatch, _factories
+from tensorplay._dispatch import OPS, _split_params, state
 from tensorplay._tensor import Tensor
 
 __all__ = [
@@ -254,8 +254,6 @@ def needs_dispatch(targs: tuple, params: dict, out) -> bool:
 @functools.cache
 def _layout(row, inplace: bool):
     """(public function, its parameters, the names bound to ``targs``) for ``row``."""
-    from tensorplay._dispatch import _split_params  # noqa: PLC0415
-
     fn = row.inplace_fn if inplace else row.fn
     inputs, _, _ = _split_params(row)
     if inplace:
@@ -344,27 +342,42 @@ _PUBLIC_DUNDERS = (
     "__iter__",
     "__contains__",
 )
-# tp.<name> functions written by hand (the op-table ones are generated and overridable).
-_PUBLIC_FUNCTIONS = (
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "empty_like",
-    "rand_like",
-    "randn_like",
-    "randint_like",
-    "numel",
-)
-_methods: list = []
-_functions: list = []
+_methods: list = []  # Tensor's hand-written public methods, wrapped by install()
+_functions: list = []  # the hand-written tp.<name> functions below
+_package = None  # the package ``tensorplay``, once install() has run
 
 
-def install(namespace: dict) -> None:
-    """Make Tensor's hand-written methods and the ``*_like`` factories overridable.
+def _public(fn: Callable) -> Callable:
+    wrapped = overridable(fn)
+    _functions.append(wrapped)
+    return wrapped
+
+
+# tp.<name> functions written by hand (the op-table ones are generated and overridable). The
+# package re-exports these very objects, and the derivative formulas call them
+# (``autograd._derivatives``), so a handler's ``func is tp.zeros_like`` holds for both.
+zeros_like = _public(_factories.zeros_like)
+ones_like = _public(_factories.ones_like)
+full_like = _public(_factories.full_like)
+empty_like = _public(_factories.empty_like)
+rand_like = _public(_factories.rand_like)
+randn_like = _public(_factories.randn_like)
+randint_like = _public(_factories.randint_like)
+
+
+@_public
+def numel(input: Tensor) -> int:
+    return input.numel()
+
+
+def install(package) -> None:
+    """Make Tensor's hand-written methods overridable and remember the package.
 
     Called once at the end of ``import tensorplay`` (when every module has added its
-    methods); ``namespace`` is the package's globals, whose functions are replaced.
+    methods), with the package module itself (``get_overridable_functions`` lists its
+    ``tp.<name>`` functions).
     """
+    global _package
     for name, value in list(vars(Tensor).items()):
         public = not name.startswith("_") or name in _PUBLIC_DUNDERS
         if public and inspect.isfunction(value):
@@ -372,10 +385,7 @@ def install(namespace: dict) -> None:
             wrapped.__name__, wrapped.__qualname__ = name, f"Tensor.{name}"  # as handlers see it
             setattr(Tensor, name, wrapped)
             _methods.append(wrapped)
-    for name in _PUBLIC_FUNCTIONS:
-        wrapped = overridable(namespace[name])
-        namespace[name] = wrapped
-        _functions.append(wrapped)
+    _package = package
 
 
 # ---- modes -------------------------------------------------------------------------------------
@@ -418,8 +428,7 @@ def get_overridable_functions() -> dict:
     ``tensorplay`` -> the public ``tp.<op>`` functions, ``tensorplay.Tensor`` -> its op
     methods, in-place methods and operators.
     """
-    import tensorplay as tp  # noqa: PLC0415 - the package imports this module
-
+    tp = _package
     funcs, methods = [], []
     for name in sorted(tp._PUBLIC_OPS):
         funcs.append(getattr(tp, name))

@@ -24,6 +24,11 @@ from tensorplay._factories import arange, zeros
 from tensorplay._tensor import Tensor, strides_of
 from tensorplay.autograd._formula_reads import reads, takes_out
 
+# ``tp.zeros_like`` and friends for the formulas (``_rows/`` import them from here): the very
+# functions users call, which honour ``__tensorplay_function__`` (handlers compare
+# ``func is tp.zeros_like``)
+from tensorplay.overrides import full_like, ones_like, zeros_like  # noqa: F401
+
 # ---- the functions formulas call ---------------------------------------------------------
 # Op-table functions are looked up when called: the rows register after this module loads.
 
@@ -37,29 +42,6 @@ def _row_function(name):
 
 
 where, cat, stack, einsum = map(_row_function, ("where", "cat", "stack", "einsum"))
-
-
-def _public(name):
-    """``tp.<name>``, the very function users call. ``zeros_like``, ``ones_like`` and
-    ``full_like`` honour ``__tensorplay_function__`` only as the package holds them
-    (``overrides.install`` wraps them there, last thing in ``import tensorplay``) and
-    handlers compare ``func is tp.zeros_like``: a formula must call those wrappers, which no
-    core module holds."""
-    import tensorplay  # noqa: PLC0415 - see the docstring; the package imports this module
-
-    return getattr(tensorplay, name)
-
-
-def zeros_like(*args, **kwargs):
-    return _public("zeros_like")(*args, **kwargs)
-
-
-def ones_like(*args, **kwargs):
-    return _public("ones_like")(*args, **kwargs)
-
-
-def full_like(*args, **kwargs):
-    return _public("full_like")(*args, **kwargs)
 
 
 # ---- small pieces ------------------------------------------------------------------------

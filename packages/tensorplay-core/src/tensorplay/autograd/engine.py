@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from tensorplay import profiler
+from tensorplay._factories import full_like, zeros_like
 from tensorplay._tensor import Tensor, empty_tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.graph import AccumulateGrad, edge_of
@@ -220,8 +221,6 @@ def _root_grads(outputs, grad_outputs, op: str) -> list:
                 )
             g = _ones(out)
         elif not isinstance(g, Tensor):
-            from tensorplay._factories import full_like  # noqa: PLC0415
-
             g = full_like(out, g)
         elif g._shape != out._shape:
             raise RuntimeError(
@@ -279,8 +278,6 @@ def grad(
     for i, (t, g) in enumerate(zip(ins, captured)):
         if g is None:
             if materialize_grads:
-                from tensorplay._factories import zeros_like  # noqa: PLC0415
-
                 g = zeros_like(t)
             elif not allow_unused:
                 raise RuntimeError(

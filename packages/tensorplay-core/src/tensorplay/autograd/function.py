@@ -12,9 +12,10 @@ from __future__ import annotations
 import functools
 import weakref
 
+from tensorplay._factories import zeros
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import forward_ad, grad_mode
-from tensorplay.autograd._record import sum_to
+from tensorplay.autograd._record import _FREED, sum_to
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -55,8 +56,6 @@ class FunctionCtx:
         node = self._node() if self._node is not None else None
         if self._saved is None:
             if node is not None and node._released:
-                from tensorplay.autograd._record import _FREED  # noqa: PLC0415
-
                 raise RuntimeError(_FREED)
             return tuple(self._to_save)
         name = node.name() if node is not None else "Function"
@@ -114,8 +113,6 @@ class BackwardCFunction(Node):
         )
 
     def _zeros_for_missing(self, grad_outputs):
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
         return [
             g if g is not None or meta is None else zeros(meta[0], dtype=meta[1], device=meta[2])
             for g, meta in zip(grad_outputs, self._outputs_meta)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import functools
 
+from tensorplay._factories import zeros, zeros_like
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine, grad_mode
+from tensorplay.autograd import engine, forward_ad, grad_mode
+from tensorplay.autograd._derivatives import stack
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "jacrev", "jacfwd"]
 
@@ -149,8 +151,6 @@ def _autograd_grad(outputs, inputs, grad_outputs=None, create_graph=False, retai
 
 
 def _fill_in_zeros(grads, refs, strict, create_graph, stage):
-    from tensorplay._factories import zeros_like  # noqa: PLC0415
-
     res = []
     for i, g in enumerate(grads):
         if g is None:
@@ -232,8 +232,6 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
     """``(func(inputs), J v)``: the Jacobian-vector product at ``inputs`` (double-backward
     trick: the backward is linear in its grad_output, so differentiating it w.r.t. a dummy
     grad_output in direction ``v`` gives ``J v``)."""
-    from tensorplay._factories import zeros_like  # noqa: PLC0415
-
     with grad_mode.enable_grad():
         is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jvp")
         inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
@@ -261,8 +259,6 @@ def jvp(func, inputs, v=None, create_graph=False, strict=False):
 
 
 def _one_hot(out, k):
-    from tensorplay._factories import zeros  # noqa: PLC0415
-
     g = zeros(out.shape, dtype=out.dtype, device=out.device)
     g.view(-1)[k] = 1
     return g
@@ -270,20 +266,13 @@ def _one_hot(out, k):
 
 def _stack_rows(rows, shape):
     """Rows (one per output element, each shaped like the input) as ``shape``."""
-    import tensorplay  # noqa: PLC0415
-
     if not rows:
-        from tensorplay._factories import zeros  # noqa: PLC0415
-
         return zeros(shape)
-    return tensorplay.stack(rows, 0).reshape(*shape)
+    return stack(rows, 0).reshape(*shape)
 
 
 def _jacfwd_columns(func, inputs, is_inputs_tuple):
     """Jacobians by forward mode: one dual evaluation per input element."""
-    from tensorplay._factories import zeros, zeros_like  # noqa: PLC0415
-    from tensorplay.autograd import forward_ad  # noqa: PLC0415
-
     outputs = None
     per_input = []  # [input j][input element k] -> tuple of output tangents
     for j, inp in enumerate(inputs):
@@ -308,7 +297,6 @@ def _jacfwd_columns(func, inputs, is_inputs_tuple):
         outs = func(*(x.detach() for x in inputs))
         outputs = _as_tuple(outs, "outputs of the user-provided function", "jacobian")
     is_outputs_tuple, outs = outputs
-    import tensorplay  # noqa: PLC0415
 
     jac = []
     for i, o in enumerate(outs):
@@ -317,7 +305,7 @@ def _jacfwd_columns(func, inputs, is_inputs_tuple):
             cols = [c[i] for c in per_input[j]]
             shape = tuple(o.shape) + tuple(inp.shape)
             if cols:
-                row.append(tensorplay.stack(cols, -1).reshape(*shape))
+                row.append(stack(cols, -1).reshape(*shape))
             else:
                 row.append(zeros(shape, dtype=o.dtype, device=o.device))
         jac.append(tuple(row))
@@ -395,7 +383,6 @@ def jacobian(
                                 f"Output {i} of the user-provided function is independent of "
                                 f"input {j}. This is not allowed in strict mode."
                             )
-                        from tensorplay._factories import zeros_like  # noqa: PLC0415
 
                         rows_j.append(zeros_like(inp))
             jac.append(
@@ -492,8 +479,6 @@ def vhp(func, inputs, v=None, create_graph=False, strict=False):
 
 def hvp(func, inputs, v=None, create_graph=False, strict=False):
     """``(func(inputs), H v)`` for a scalar ``func`` (double-backward trick)."""
-    from tensorplay._factories import zeros_like  # noqa: PLC0415
-
     with grad_mode.enable_grad():
         is_inputs_tuple, inputs, v, is_outputs_tuple, outputs, jac = _scalar_function_grad(
             func, inputs, v, create_graph, strict, "hvp"

@@ -25,8 +25,11 @@ import warnings
 import numpy as np
 
 from tensorplay import _device
+from tensorplay._dtype import float64
+from tensorplay._factories import rand, randn_like, tensor, zeros
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine
+from tensorplay.autograd import engine, forward_ad
+from tensorplay.autograd.function import BackwardCFunction
 from tensorplay.autograd.graph import edge_of
 
 __all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
@@ -66,8 +69,6 @@ def _host(t) -> np.ndarray:
 
 def _show(a: np.ndarray):
     """A Jacobian for an error message, printed as a tensor (like PyTorch's)."""
-    from tensorplay._factories import tensor  # noqa: PLC0415
-
     return tensor(a)
 
 
@@ -206,8 +207,6 @@ def _numerical_jacobian(func, inputs, inp, eps, part, imag_direction=None):
 
 
 def _one_hot_like(o, k, value):
-    from tensorplay._factories import zeros  # noqa: PLC0415
-
     g = zeros(o.shape, dtype=o.dtype, device=o.device)
     g.view(-1)[k] = value
     return g
@@ -302,32 +301,20 @@ def _slow_backward(func, inputs, func_out, part, eps, rtol, atol, nondet_tol, ch
     return True
 
 
-def _forward_ad_module():
-    try:
-        from tensorplay.autograd import forward_ad  # noqa: PLC0415
-    except ImportError as e:  # pragma: no cover - forward AD ships with autograd
-        raise GradcheckError(
-            "check_forward_ad=True needs tensorplay.autograd.forward_ad, which is not "
-            "available in this build; pass check_forward_ad=False"
-        ) from e
-    return forward_ad
-
-
 def _forward_jvp(func, inputs, inp_pos, tangent, check_grad_dtypes):
     """Output tangents (flat host arrays, zeros where None) for one input's tangent."""
-    fwad = _forward_ad_module()
-    with fwad.dual_level():
+    with forward_ad.dual_level():
         args = []
         for p, x in enumerate(inputs):
             if p == inp_pos:
-                x = fwad.make_dual(x.detach(), tangent)
+                x = forward_ad.make_dual(x.detach(), tangent)
             elif isinstance(x, Tensor) and x.requires_grad:
                 x = x.detach()
             args.append(x)
         outs = [o for o in _as_tuple(func(*args)) if isinstance(o, Tensor)]
         res = []
         for o in outs:
-            primal, t = fwad.unpack_dual(o)
+            primal, t = forward_ad.unpack_dual(o)
             if t is None or not _is_float_or_complex(o):
                 res.append(np.zeros(o.numel(), dtype=_host(primal).dtype))
                 continue
@@ -338,8 +325,6 @@ def _forward_jvp(func, inputs, inp_pos, tangent, check_grad_dtypes):
 
 
 def _slow_forward(func, inputs, func_out, eps, rtol, atol, check_grad_dtypes):
-    from tensorplay._factories import zeros  # noqa: PLC0415
-
     positions = [p for p, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
     n_outs = len([o for o in _as_tuple(func_out) if isinstance(o, Tensor)])
     for j, p in enumerate(positions):
@@ -392,8 +377,6 @@ def _slow_mode_details(func, inputs, func_out, part, i, j, eps, rtol, atol, forw
         positions = [p for p, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
         cols = []
         for k in range(inp.numel()):
-            from tensorplay._factories import zeros  # noqa: PLC0415
-
             t = zeros(inp.shape, dtype=inp.dtype, device=inp.device)
             t.view(-1)[k] = 1j if part else 1.0
             cols.append(_forward_jvp(func, inputs, positions[j], t, False)[i])
@@ -453,8 +436,6 @@ def _adjusted_atol(atol, u, v) -> float:
 
 
 def _fast_backward(func, inputs, func_out, part, eps, rtol, atol, nondet_tol, check_grad_dtypes):
-    from tensorplay._factories import tensor  # noqa: PLC0415
-
     rng = np.random.default_rng(67280421310721)
     outputs = _differentiable_outputs(func_out)
     diff_inputs = _diff_inputs(inputs)
@@ -514,8 +495,6 @@ def _fast_backward(func, inputs, func_out, part, eps, rtol, atol, nondet_tol, ch
 
 
 def _fast_forward(func, inputs, func_out, eps, rtol, atol, check_grad_dtypes):
-    from tensorplay._factories import tensor  # noqa: PLC0415
-
     rng = np.random.default_rng(67280421310721)
     positions = [p for p, x in enumerate(inputs) if isinstance(x, Tensor) and x.requires_grad]
     outs = [o for o in _as_tuple(func_out) if isinstance(o, Tensor)]
@@ -554,8 +533,6 @@ def _fast_forward(func, inputs, func_out, eps, rtol, atol, check_grad_dtypes):
 
 
 def _zeros_like(t):
-    from tensorplay._factories import zeros  # noqa: PLC0415
-
     return zeros(t.shape, dtype=t.dtype, device=t.device)
 
 
@@ -619,7 +596,6 @@ def _test_undefined_backward_mode(func, inputs) -> bool:
     check(outputs, [None] * len(outputs))
     # The engine skips a node whose gradients are all undefined; a custom Function must
     # still cope when called that way (PyTorch's engine calls it): call its node directly.
-    from tensorplay.autograd.function import BackwardCFunction  # noqa: PLC0415
 
     for node in {id(o.grad_fn): o.grad_fn for o in outputs}.values():
         if isinstance(node, BackwardCFunction):
@@ -646,8 +622,6 @@ def _test_batched_grad(inputs, output, output_idx) -> bool:
     """A batch of grad_outputs gives, sample by sample, the gradients each grad_output gives
     alone (computed in a loop: there is no vmap); and backward is linear in grad_output,
     which is what batching the backward relies on."""
-    from tensorplay._factories import randn_like  # noqa: PLC0415
-
     diff_inputs = _diff_inputs(inputs)
 
     def grads_for(g):
@@ -834,13 +808,9 @@ def gradgradcheck(
         raise ValueError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
     tupled_inputs = _as_tuple(inputs)
     if grad_outputs is None:
-        from tensorplay._factories import rand  # noqa: PLC0415
-
         outputs = _differentiable_outputs(func(*tupled_inputs))
         made = []
         for o in outputs:
-            from tensorplay._dtype import float64  # noqa: PLC0415
-
             dt = o.dtype if _is_float_or_complex(o) else float64
             g = rand(*o.shape, dtype=dt, device=o.device) * 2 - 1  # uniform in [-1, 1)
             if gen_non_contig_grad_outputs and o.dim() > 0:

@@ -13,6 +13,8 @@ import threading
 import weakref
 from types import MappingProxyType
 
+from tensorplay.autograd import grad_mode
+
 __all__ = [
     "Node",
     "AccumulateGrad",
@@ -99,8 +101,6 @@ class AccumulateGrad(Node):
         self.variable = leaf
 
     def apply(self, grad_outputs):
-        from tensorplay.autograd import grad_mode  # noqa: PLC0415
-
         g = grad_outputs[0]
         leaf = self.variable
         if g is None:

@@ -1,5 +1,6 @@
 """Utilities; other distributions (tensorplay-cppjit) add submodules here."""
 
+import importlib
 from pkgutil import extend_path
 
 __path__ = extend_path(__path__, __name__)
@@ -14,8 +15,6 @@ def __getattr__(name: str):
     dist = _COMPONENTS.get(name)
     if dist is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib  # noqa: PLC0415
-
     full = f"{__name__}.{name}"
     try:
         return importlib.import_module(full)

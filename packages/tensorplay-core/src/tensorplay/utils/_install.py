@@ -39,7 +39,8 @@ def _norm(name: str) -> str:
 
 def _our_version() -> str | None:
     try:
-        from tensorplay._version import __version__  # noqa: PLC0415
+        # optional: a foreign ``tensorplay`` has no _version module (see above)
+        from tensorplay._version import __version__  # noqa: PLC0415 - may be absent
     except ImportError:
         return None
     return __version__
@@ -66,7 +67,7 @@ def _ships_tensorplay(dist) -> bool:
 def foreign_installs() -> list[str]:
     """One line per installed distribution that is not ours but is named ``tensorplay`` or
     ships files of the ``tensorplay`` package. Empty when there is none."""
-    import importlib.metadata as md  # noqa: PLC0415
+    import importlib.metadata as md  # noqa: PLC0415 - cold path; keeps core_is_ours cheap
 
     version = _our_version()
     seen: set[tuple[str, str]] = set()
@@ -96,7 +97,7 @@ def foreign_installs() -> list[str]:
 
 def _installed_ours() -> tuple[list[str], list[str]]:
     """Our component distributions that are installed: (from wheels or paths, editable)."""
-    import importlib.metadata as md  # noqa: PLC0415
+    import importlib.metadata as md  # noqa: PLC0415 - cold path; keeps core_is_ours cheap
 
     plain, editable = [], []
     for name in OURS:

@@ -20,7 +20,9 @@ import sys
 import threading
 
 from tensorplay import _dispatch
+from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
+from tensorplay.overrides import user_call
 
 __all__ = [
     "TensorPlayDispatchMode",
@@ -116,9 +118,6 @@ def active() -> bool:
 
 def run(row, targs: tuple, params: dict, out, inplace):
     """Give the op to the innermost mode, which runs with itself switched off."""
-    from tensorplay._tensor import Tensor  # noqa: PLC0415
-    from tensorplay.overrides import user_call  # noqa: PLC0415
-
     _, args, kwargs = user_call(row, targs, params, out, inplace)
     mode = _stack.modes[-1]
     types = tuple({type(x) for x in _flat(targs) if isinstance(x, Tensor)})
