@@ -79,21 +79,26 @@ def _safe(probe, *args) -> str:
         return f"probe failed: {type(e).__name__}: {e}"
 
 
-def _import_in_subprocess(module: str) -> str | None:
-    """None if ``import module`` works in a fresh interpreter, else why not."""
+def _run_in_subprocess(code: str, what: str) -> tuple[str | None, str]:
+    """Run ``code`` in a fresh interpreter: (None, its stdout) when it works, else (why not, "")."""
     try:
         r = subprocess.run(
-            [sys.executable, "-c", f"import {module}"],
+            [sys.executable, "-c", code],
             capture_output=True,
             text=True,
             timeout=_IMPORT_TIMEOUT,
             env=os.environ.copy(),
         )
     except subprocess.TimeoutExpired:
-        return f"import {module} timed out after {_IMPORT_TIMEOUT}s"
+        return f"{what} timed out after {_IMPORT_TIMEOUT}s", ""
     if r.returncode == 0:
-        return None
-    return _last_line(r.stderr) or f"import {module} exited with status {r.returncode}"
+        return None, r.stdout
+    return _last_line(r.stderr) or f"{what} exited with status {r.returncode}", ""
+
+
+def _import_in_subprocess(module: str) -> str | None:
+    """None if ``import module`` works in a fresh interpreter, else why not."""
+    return _run_in_subprocess(f"import {module}", f"import {module}")[0]
 
 
 # ---- probes --------------------------------------------------------------------------------------
@@ -213,24 +218,11 @@ def probe_compile_backend(check_import: bool) -> str:
     if not check_import:
         return "not checked (--no-import)"
     code = "from tensorplay.compiler import tvm_status as s; t = s(); print(bool(t)); print(t)"
-    try:
-        r = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=_IMPORT_TIMEOUT,
-            env=os.environ.copy(),
-        )
-    except subprocess.TimeoutExpired:
-        return f"checking TVM timed out after {_IMPORT_TIMEOUT}s"
-    if r.returncode != 0:
-        return f"checking TVM failed: {_last_line(r.stderr)}"
-    usable, _, status = r.stdout.strip().partition("\n")
-    return (
-        ("tvm: " if usable == "True" else "eager (TVM ")
-        + status
-        + ("" if usable == "True" else ")")
-    )
+    why, out = _run_in_subprocess(code, "it")
+    if why is not None:
+        return f"checking TVM failed: {why}"
+    usable, _, status = out.strip().partition("\n")
+    return f"tvm: {status}" if usable == "True" else f"eager (TVM {status})"
 
 
 # ---- report --------------------------------------------------------------------------------------
