@@ -161,81 +161,77 @@ def build_wheels(out: Path, python: str) -> None:
                 raise SystemExit(f"error: the core wheel has no tensorplay._C: {wheel.name}")
 
 
-def wheel_metadata(wheels: Path) -> dict[str, list[Requirement]]:
-    """Requires-Dist of each of our wheels in ``wheels``, by canonical name."""
-    found: dict[str, list[Requirement]] = {}
-    for wheel in sorted(wheels.glob("*.whl")):
-        with zipfile.ZipFile(wheel) as zf:
-            name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-            meta = Parser().parsestr(zf.read(name).decode())
-        dist = canonicalize_name(meta["Name"])
-        if dist in OURS:
-            found.setdefault(dist, [Requirement(r) for r in meta.get_all("Requires-Dist") or []])
-    missing = set(OURS) - set(found)
-    if missing:
-        raise SystemExit(f"error: no wheel for {sorted(missing)} in {wheels}")
-    return found
+@dataclasses.dataclass(frozen=True)
+class Wheelhouse:
+    """A folder with our six wheels, and what their metadata says (read once): the version
+    (core's) and each distribution's Requires-Dist."""
 
+    path: Path
+    version: str
+    requires: dict[str, tuple[Requirement, ...]]  # canonical name -> Requires-Dist
 
-def third_party(requirement: str, metadata: dict[str, list[Requirement]]) -> list[str]:
-    """The non-TensorPlay requirements an install of ``requirement`` pulls in, transitively
-    through our own distributions and their extras (environment markers applied)."""
-    out: list[str] = []
-    todo = [Requirement(requirement)]
-    seen: set[tuple[str, frozenset[str]]] = set()
-    while todo:
-        req = todo.pop()
-        key = (canonicalize_name(req.name), frozenset(req.extras))
-        if key in seen:
-            continue
-        seen.add(key)
-        for dep in metadata[key[0]]:
-            env_ok = [
-                dep.marker is None or dep.marker.evaluate({"extra": extra})
-                for extra in (req.extras or {""})
-            ]
-            if not any(env_ok):
+    @classmethod
+    def read(cls, path: Path) -> Wheelhouse:
+        requires: dict[str, tuple[Requirement, ...]] = {}
+        version = ""
+        for wheel in sorted(path.glob("*.whl")):
+            with zipfile.ZipFile(wheel) as zf:
+                name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+                meta = Parser().parsestr(zf.read(name).decode())
+            dist = canonicalize_name(meta["Name"])
+            if dist == "tensorplay-core":
+                version = meta["Version"]
+            if dist in OURS:
+                reqs = tuple(Requirement(r) for r in meta.get_all("Requires-Dist") or [])
+                requires.setdefault(dist, reqs)
+        missing = set(OURS) - set(requires)
+        if missing:
+            raise SystemExit(f"error: no wheel for {sorted(missing)} in {path}")
+        return cls(path, version, requires)
+
+    def resolve(self, requirement: str) -> tuple[set[str], list[str]]:
+        """What an install of ``requirement`` brings: our distributions (exactly these, no
+        others), and the third-party requirements, transitively through ours and their
+        extras (markers applied, then dropped)."""
+        ours: set[str] = set()
+        third: list[str] = []
+        seen: set[tuple[str, frozenset[str]]] = set()
+        todo = [Requirement(requirement)]
+        while todo:
+            req = todo.pop()
+            key = (canonicalize_name(req.name), frozenset(req.extras))
+            if key in seen:
                 continue
-            if canonicalize_name(dep.name) in OURS:
-                todo.append(dep)
-            else:
-                dep.marker = None
-                if str(dep) not in out:
-                    out.append(str(dep))
-    return out
-
-
-def ours_closure(requirement: str, metadata: dict[str, list[Requirement]]) -> set[str]:
-    """Our distributions an install of ``requirement`` must bring, and no others."""
-    found, todo = set(), [Requirement(requirement)]
-    while todo:
-        req = todo.pop()
-        name = canonicalize_name(req.name)
-        if name in found:
-            continue
-        found.add(name)
-        for dep in metadata[name]:
-            wanted = dep.marker is None or any(
-                dep.marker.evaluate({"extra": e}) for e in (req.extras or {""})
-            )
-            if wanted and canonicalize_name(dep.name) in OURS:
-                todo.append(dep)
-    return found
+            seen.add(key)
+            ours.add(key[0])
+            for dep in self.requires[key[0]]:
+                if dep.marker is not None and not any(
+                    dep.marker.evaluate({"extra": extra}) for extra in (req.extras or {""})
+                ):
+                    continue
+                if canonicalize_name(dep.name) in OURS:
+                    todo.append(dep)
+                    continue
+                extras = f"[{','.join(sorted(dep.extras))}]" if dep.extras else ""
+                text = f"{dep.name}{extras}{dep.specifier}"
+                if text not in third:
+                    third.append(text)
+        return ours, third
 
 
 # ---- the cases ------------------------------------------------------------------------------
 
 
-def run_case(case: Case, wheels: Path, python: str, work: Path) -> Outcome:
+def run_case(case: Case, wheels: Wheelhouse, python: str, work: Path) -> Outcome:
     log: list[str] = []
     venv = work / re.sub(r"[^A-Za-z0-9]+", "-", case.name)
     t0 = time.perf_counter()
     _run([python, "-m", "venv", "--clear", str(venv)], log)
     py = str(venv / "bin" / "python")
-    deps = third_party(case.requirement, wheel_metadata(wheels))
+    expected, deps = wheels.resolve(case.requirement)
     steps = [
         [py, "-m", "pip", "install", "-q", *deps, *case.pins, *TEST_TOOLS],
-        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels)]
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels.path)]
         + [case.requirement],
     ]
     for step in steps:
@@ -248,7 +244,6 @@ def run_case(case: Case, wheels: Path, python: str, work: Path) -> Outcome:
     # exactly the closure of ours the requirement declares, imported from this venv
     listed = json.loads(_run([py, "-m", "pip", "list", "--format=json"], log).stdout)
     installed = {canonicalize_name(p["name"]) for p in listed} & set(OURS)
-    expected = ours_closure(case.requirement, wheel_metadata(wheels))
     if installed != expected:
         ok = False
         summary.append(f"installed {sorted(installed)}, declared {sorted(expected)}")
@@ -274,18 +269,18 @@ def run_case(case: Case, wheels: Path, python: str, work: Path) -> Outcome:
     )
 
 
-def resolve_case(case: ResolveCase, wheels: Path, python: str, work: Path) -> Outcome:
+def resolve_case(case: ResolveCase, wheels: Wheelhouse, python: str, work: Path) -> Outcome:
     log: list[str] = []
     t0 = time.perf_counter()
     report = work / (re.sub(r"[^A-Za-z0-9]+", "-", case.name) + ".json")
     # One resolve needs the index (third-party) and our wheels together, so --no-index is
     # out; our names are pinned to our exact version instead, which PyPI's unrelated
     # `tensorplay` does not have, and the report is checked for it.
-    version = Parser().parsestr(_core_metadata(wheels))["Version"]
+    version = wheels.version
     pins = work / "ours.txt"
     pins.write_text("".join(f"{d}=={version}\n" for d in OURS))
     cmd = [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "-q"]
-    cmd += ["--report", str(report), "--find-links", str(wheels), "-c", str(pins)]
+    cmd += ["--report", str(report), "--find-links", str(wheels.path), "-c", str(pins)]
     proc = _run(cmd + [case.requirement], log)
     took = time.perf_counter() - t0
     if case.conflict is not None:
@@ -320,13 +315,6 @@ def resolve_case(case: ResolveCase, wheels: Path, python: str, work: Path) -> Ou
     return Outcome(case.name, True, took, 0, f"{len(chosen)} packages: {notable}", "\n".join(log))
 
 
-def _core_metadata(wheels: Path) -> str:
-    wheel = next(wheels.glob("tensorplay_core-*.whl"))
-    with zipfile.ZipFile(wheel) as zf:
-        name = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
-        return zf.read(name).decode()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="CASE", help="run the cases named so")
@@ -347,15 +335,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="tensorplay-installs-") as tmp:
         work = Path(tmp) if args.workdir is None else args.workdir.resolve()
         work.mkdir(parents=True, exist_ok=True)
-        wheels = args.wheels
-        if wheels is None:
-            wheels = work / "wheels"
+        folder = args.wheels
+        if folder is None:
+            folder = work / "wheels"
             t0 = time.perf_counter()
-            build_wheels(wheels, args.python)
+            build_wheels(folder, args.python)
             print(f"built our wheels in {time.perf_counter() - t0:.0f} s:", flush=True)
-            for wheel in sorted(wheels.glob("*.whl")):
+            for wheel in sorted(folder.glob("*.whl")):
                 print(f"  {wheel.name}")
-        wheel_metadata(wheels)  # all six are there
+        wheels = Wheelhouse.read(folder)  # all six are there
 
         def one(case: Case | ResolveCase) -> Outcome:
             if isinstance(case, ResolveCase):
