@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 try:  # an editable/wheel install wins; a bare checkout runs from the source tree
@@ -42,3 +43,20 @@ settings.register_profile(
 )
 _default = "ci" if os.environ.get("CI") else "dev"
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", _default))
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """One fresh TensorPlay build cache (cpp_jit, Triton launchers) per session, so nothing
+    comes from ~/.cache; a nested pytest run started by a test passes its folder on in
+    ``TENSORPLAY_TEST_CACHE_DIR`` and shares it. Folders whose tests build kernels use it for
+    every test (an autouse fixture in their conftest)."""
+    shared = os.environ.get("TENSORPLAY_TEST_CACHE_DIR")
+    root = Path(shared) if shared else tmp_path_factory.mktemp("tp_cache")
+    saved = os.environ.get("TENSORPLAY_CACHE_DIR")
+    os.environ["TENSORPLAY_CACHE_DIR"] = str(root)
+    yield root
+    if saved is None:
+        os.environ.pop("TENSORPLAY_CACHE_DIR", None)
+    else:
+        os.environ["TENSORPLAY_CACHE_DIR"] = saved

@@ -6,26 +6,15 @@ TENSORPLAY_PURE_PYTHON=1, where tp.Tensor has no native DLPack exchange table.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from tensorplay.utils import cpp_jit
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    # a nested run (test_native_exchange.py) shares its parent's cache
-    shared = os.environ.get("TENSORPLAY_TEST_CACHE_DIR")
-    root = Path(shared) if shared else tmp_path_factory.mktemp("tp_cache")
-    saved = os.environ.get("TENSORPLAY_CACHE_DIR")
-    os.environ["TENSORPLAY_CACHE_DIR"] = str(root)
-    yield Path(root)
-    if saved is None:
-        os.environ.pop("TENSORPLAY_CACHE_DIR", None)
-    else:
-        os.environ["TENSORPLAY_CACHE_DIR"] = saved
+def _fresh_cache(cache_dir):
+    """Every test here builds into the session's fresh cache (``cache_dir``, tests/conftest.py)."""
+    return cache_dir
 
 
 @pytest.fixture

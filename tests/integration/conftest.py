@@ -10,23 +10,14 @@ interpreter cannot be switched on after that import.
 from __future__ import annotations
 
 import importlib.util
-import os
-from pathlib import Path
 
 import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    shared = os.environ.get("TENSORPLAY_TEST_CACHE_DIR")
-    root = Path(shared) if shared else tmp_path_factory.mktemp("tp_cache")
-    saved = os.environ.get("TENSORPLAY_CACHE_DIR")
-    os.environ["TENSORPLAY_CACHE_DIR"] = str(root)
-    yield root
-    if saved is None:
-        os.environ.pop("TENSORPLAY_CACHE_DIR", None)
-    else:
-        os.environ["TENSORPLAY_CACHE_DIR"] = saved
+def _fresh_cache(cache_dir):
+    """Every test here builds into the session's fresh cache (``cache_dir``, tests/conftest.py)."""
+    return cache_dir
 
 
 if importlib.util.find_spec("triton") is not None:
