@@ -474,3 +474,18 @@ def test_a_kernel_handed_other_dtypes_than_traced_runs_its_ops_eagerly(caplog):
     assert got.dtype == want.dtype == tp.float64
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
     assert "was built for inputs ['float32'], got ['float64[8]']" in caplog.text
+
+
+def test_float64_tanh_of_a_tiny_number_is_the_number():
+    # found by the random-program test: TVM's float64 tanh went through exp and gave 0, so
+    # sqrt(tanh(-1.2e-38)) was 0 where eager gives nan
+    def f(x):
+        return (-(x * 1.175494351e-38)).tanh().sqrt()
+
+    x = tp.tensor([1.0, 0.5], dtype=tp.float64)
+    cf = tp.compile(f, backend="tvm")
+    got = cf(x)
+    assert [r.route for r in cf.report()] == ["tvm"] * len(cf.report())
+    assert np.isnan(got.numpy()).all() and np.isnan(f(x).numpy()).all()
+    tiny = tp.tensor([-1.175494351e-38, 1e-30, -5e-9, 0.0], dtype=tp.float64)
+    np.testing.assert_array_equal(tp.compile(tp.tanh, backend="tvm")(tiny).numpy(), tiny.numpy())

@@ -116,7 +116,12 @@ class Tir:
         return self.fm.exp(x) if self.fast else self.te.exp(x)
 
     def tanh(self, x: Any) -> Any:
-        return self.fm.tanh(x) if self.fast else self.te.tanh(x)
+        if self.fast:
+            return self.fm.tanh(x)
+        # TVM expands float64 tanh through exp, which gives 0 for tiny |x| (and then
+        # sqrt(tanh(-1e-38)) is 0, not nan); tanh(x) rounds to x itself for |x| < 1e-8 in
+        # float32 and float64 (the next term, x**3/3, is below half an ulp of x)
+        return self.tirx.Select(self.te.abs(x) < self.const(1e-8), x, self.te.tanh(x))
 
     def erf(self, x: Any) -> Any:
         return self.fm.erf(x) if self.fast else self.te.erf(x)
