@@ -54,10 +54,7 @@ FACE_USERS = {
 # What siblings may import although it is underscored (see tensorplay/_extension.py).
 SIBLING_API = ["tensorplay._extension", "tensorplay.utils._require_core"]
 # Packages still exempt from contract 3, and why (remove the entry with the fix).
-ACYCLIC_PENDING = {
-    "tensorplay.library": "_op <-> _fastcall: the second generated fast path goes when custom "
-    "ops run through core's dispatcher (issue 15)",
-}
+ACYCLIC_PENDING: dict[str, str] = {}
 
 
 def merged_tree(dest: Path) -> Path:

@@ -1,11 +1,12 @@
 """The capture interface: how core-side code learns that a graph capture is live.
 
 The compile distribution (``tensorplay-compile``) implements tracers; core only keeps
-a thread-local stack of the active ones. Library ops (``tensorplay.library``) and the
-Triton/TileLang kernel wrappers never import the compiler: they ask core two questions,
-"is a capture live?" (``capturing()``) and "are these arguments symbolic?"
-(``contains_proxy(args, kwargs)``), and if so hand the call to the innermost tracer with
-``capture_call(target, args, kwargs)``, which returns the tracer's proxy for the result.
+a thread-local stack of the active ones. Symbolic values are ``Proxy`` instances, which
+are overrides: the dispatcher hands any op given one (built-in or library op) to the
+proxy, and by default to the innermost tracer with ``capture_call(target, args, kwargs)``,
+which returns the tracer's proxy for the result. Code outside the dispatcher (the
+Triton/TileLang kernel wrappers) asks core "is a capture live?" (``capturing()``) and "are
+these arguments symbolic?" (``contains_proxy(args, kwargs)``).
 
 A tracer is any object with ``record_call(target, args, kwargs)``; symbolic values are
 instances of ``Proxy`` (the compiler subclasses it). Public names are re-exported by
@@ -39,9 +40,17 @@ class GraphCaptureError(RuntimeError):
 
 
 class Proxy:
-    """Marker base class of symbolic values produced by a tracer (subclassed by compile)."""
+    """Base class of symbolic values produced by a tracer (subclassed by compile).
+
+    A proxy is an override (``__tensorplay_function__``): the dispatcher hands every op
+    that receives one, built-in or library op alike, to the innermost tracer's
+    ``record_call``. A tracer may subclass ``Proxy`` to record calls its own way.
+    """
 
     __slots__ = ()
+
+    def __tensorplay_function__(self, func, types, args=(), kwargs=None):
+        return capture_call(func, args, kwargs)
 
 
 class _Stack(threading.local):

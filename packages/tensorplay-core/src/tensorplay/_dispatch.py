@@ -1,15 +1,24 @@
-"""From an op-table row to a callable: argument binding, the fast path, the general path.
+"""The dispatcher: from an entry to a result, through every layer, for every op.
 
-Every public op is generated from its row (``OpDef``) by ``register``: a small
-Python function with the row's own signature (so Python does the argument
-parsing), which tries the *fast path* for plain pointwise calls and otherwise
-hands over to ``call``, the one general path:
+An entry is an op-table row (``OpDef``: array kernels, the built-in ops) or a
+``TensorOp`` (``_tensor_op``: Tensor kernels, the custom ops). Both are called through
+``call``, the one general path::
 
-    check arguments -> common device -> dtype (promotion) -> meta rule (shape)
-    -> kernel on numpy/CuPy arrays -> wrap result (or write into out=/self)
+    overrides and function modes (graph capture: a proxy argument is an override)
+    -> layers active now (profiler, autocast: ``push_layer``)
+    -> ``execute``: autograd around dispatch modes around the kernel
 
-Overrides, modes, autocast and autograd plug in at ``call``: each registers itself by
-name when its module is imported (``register_autograd``, ``register_overrides``,
+For a row, ``execute`` checks the arguments, finds the common device, promotes dtypes,
+runs the meta rule (shape) and the kernel on numpy/CuPy arrays, and wraps the result (or
+writes into out=/self); a ``TensorOp`` runs its own kernel (``TensorOp.execute``).
+
+Every public op is generated from its row by ``register``: a small Python function with
+the row's own signature (so Python does the argument parsing), which tries the *fast
+path* for plain calls and otherwise hands over to ``call``. ``TensorOp`` generates its
+``__call__`` the same way.
+
+Overrides, modes, autocast and autograd plug in by registering themselves by name when
+their module is imported (``register_autograd``, ``register_overrides``,
 ``register_dispatch_modes``; ``push_layer``/``pop_layer`` for the layers that are on only
 while active, the profiler and autocast). Until then the stand-ins below answer "nothing
 to do", so ``_dispatch`` imports none of them.
@@ -90,6 +99,18 @@ class _NoAutograd:
 autograd_hooks = _NoAutograd  # tensorplay.autograd._record, via register_autograd
 
 
+def _no_tensor_op_autograd(op, args, kwargs):
+    raise RuntimeError(
+        f"{op.name}: an input requires grad but tensorplay.autograd is not loaded; "
+        "import tensorplay (which loads it) before calling ops"
+    )
+
+
+# ``autograd_tensor_op(op, args, kwargs)``: run a TensorOp call with inputs that require
+# grad (tensorplay.autograd._tensor_op.record_call, via register_autograd)
+autograd_tensor_op = _no_tensor_op_autograd
+
+
 class _NoOverrides:
     """Stand-in until ``tensorplay.overrides`` installs itself (at import)."""
 
@@ -110,12 +131,14 @@ class _NoDispatchModes:
 dispatch_modes = _NoDispatchModes  # tensorplay.utils._python_dispatch, via register_dispatch_modes
 
 
-def register_autograd(recorder) -> None:
+def register_autograd(recorder, tensor_ops) -> None:
     """The autograd layer: ``recorder`` answers ``needs_grad``/``needs_forward`` for a call's
-    inputs and records graph nodes (``record``, ``forward``, ``check_out_arg``). Called once,
-    by ``tensorplay.autograd`` at import."""
-    global autograd_hooks
+    inputs and records graph nodes of rows (``record``, ``forward``, ``check_out_arg``);
+    ``tensor_ops(op, args, kwargs)`` runs a ``TensorOp`` call whose inputs require grad.
+    Called once, by ``tensorplay.autograd`` at import."""
+    global autograd_hooks, autograd_tensor_op
     autograd_hooks = recorder
+    autograd_tensor_op = tensor_ops
 
 
 def register_overrides(handler) -> None:
@@ -351,7 +374,8 @@ def _no_complex_half(row: OpDef, items: list) -> None:
 def call(
     row: OpDef, targs: tuple, params: dict, out: Tensor | None = None, inplace: Tensor | None = None
 ):
-    """Run ``row`` on ``targs`` (tensor inputs) and ``params`` (everything else)."""
+    """Run ``row`` on ``targs`` (tensor inputs) and ``params`` (everything else); for a
+    ``TensorOp``, ``targs``/``params`` are the call's positional and keyword arguments."""
     # __tensorplay_function__ and function modes: only a call with an argument that is
     # neither a Tensor nor a number (nor a list/tuple of them), with out=, or with a
     # layer active (state.plain off) pays for the full check; the common call costs
@@ -416,6 +440,8 @@ def execute(
     row: OpDef, targs: tuple, params: dict, out: Tensor | None = None, inplace: Tensor | None = None
 ):
     """The op itself: checks, dtype, shape, kernel, autograd recording, out=/in-place."""
+    if row.kind == "tensor_op":
+        return row.execute(targs, params)
     if dispatch_modes.active():
         return _below_autograd_mode(row, targs, params, out, inplace)
     items = _inputs(row, targs)

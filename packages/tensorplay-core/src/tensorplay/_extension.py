@@ -16,21 +16,21 @@ distributions share one version and pin each other exactly).
 
 from __future__ import annotations
 
-from tensorplay import _ops, amp
+from tensorplay import _ops
 from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kernel, state
 from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
 from tensorplay._tensor import data_ptr_of
+from tensorplay._tensor_op import NO_TENSOR, TensorOp
 from tensorplay.autograd._record import differentiable_dtype, sum_to
-from tensorplay.utils import _python_dispatch
 
 __all__ = [
     "OPS",
     "OpDef",
+    "TensorOp",
+    "NO_TENSOR",
     "get_device_kernel",
     "set_device_kernel",
     "dispatch_state",
-    "dispatch_mode_stack",
-    "autocast_any_enabled",
     "register_op_name",
     "DLPACK_DTYPES",
     "DLTensor",
@@ -42,20 +42,13 @@ __all__ = [
 # ---- the dispatcher ------------------------------------------------------------------------
 # OPS: the op table (name -> OpDef row). get/set_device_kernel: replace a row's kernel on a
 # device (tensorplay-kernels routes CUDA ops to its Triton kernels).
+# TensorOp: the dispatcher entry with Tensor kernels (tensorplay-library's CustomOpDef
+# subclasses it); NO_TENSOR: its kernel slot for calls without a tensor argument.
 
 #: ``dispatch_state.plain`` is the fast-path gate: True while no layer (override or dispatch
 #: mode, profiler, autocast, graph capture) needs to see individual calls. Read it on a hot
 #: path as an attribute; a layer that must see every call uses ``block()`` / ``unblock()``.
 dispatch_state = state
-
-#: ``dispatch_mode_stack.modes``: this thread's active dispatch modes, innermost last.
-dispatch_mode_stack = _python_dispatch._stack
-
-
-def autocast_any_enabled() -> bool:
-    """Some ``tp.autocast`` region is enabled in this thread (for any device type)."""
-    return amp._local.any_enabled
-
 
 #: ``register_op_name(namespace, name, op)`` publishes ``op`` as ``tp.ops.<namespace>.<name>``.
 register_op_name = _ops.add

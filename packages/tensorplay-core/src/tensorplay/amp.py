@@ -32,6 +32,7 @@ import threading
 
 from tensorplay import _dispatch, _dtype as D
 from tensorplay._tensor import Tensor
+from tensorplay._tensor_op import first_tensor_device
 
 __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype"]
 
@@ -202,6 +203,8 @@ def _device_type(row, targs: tuple):
 
 
 def _layer(nxt, row, targs, params, out, inplace):
+    if row.kind == "tensor_op":
+        return _tensor_op_layer(nxt, row, targs, params)
     name = row.name
     if (
         not _local.any_enabled
@@ -228,3 +231,29 @@ def _layer(nxt, row, targs, params, out, inplace):
         if widest is not None:
             targs = _cast_all(row, targs, widest, dev_type)
     return nxt(row, targs, params, out, inplace)
+
+
+def _tensor_op_layer(nxt, op, args: tuple, kwargs: dict):
+    """A ``TensorOp`` with a policy for the device of its first tensor argument
+    (``register_autocast``): its floating tensor arguments on that device type are cast to
+    the policy's dtype, and its kernel runs with autocast off (torch's
+    ``library.register_autocast``)."""
+    if not op._autocast or not _local.any_enabled:
+        return nxt(op, args, kwargs)
+    dev = first_tensor_device(args, kwargs)
+    cast_to = op._autocast.get(dev.type) if dev is not None else None
+    if cast_to is None or not _local.state[dev.type][0]:
+        return nxt(op, args, kwargs)
+
+    def cast(x):
+        if isinstance(x, Tensor):
+            if x.dtype.is_floating_point and x.dtype is not cast_to and x.device.type == dev.type:
+                return _dispatch.OPS["_to_copy"].fn(x, cast_to)
+            return x
+        if type(x) is list or type(x) is tuple:
+            return type(x)(cast(y) for y in x)
+        return x
+
+    args, kwargs = tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
+    with autocast(dev.type, enabled=False):
+        return nxt(op, args, kwargs)

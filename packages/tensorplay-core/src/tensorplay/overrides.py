@@ -271,6 +271,8 @@ def dispatch(row, targs: tuple, params: dict, out, inplace):
 def user_call(row, targs: tuple, params: dict, out, inplace) -> tuple:
     """``(public function, args, kwargs)`` of the call the dispatcher received as
     ``targs``/``params`` (parameters left at their default are dropped)."""
+    if row.kind == "tensor_op":
+        return row.user_call(targs, params)
     fn, sig, inputs = _layout(row, inplace is not None)
     values = dict(params)
     if row.n_inputs == "star":

@@ -6,9 +6,11 @@ How a call reaches the tracer:
   ``__tensorplay_function__``, so the dispatcher hands every public op that receives a
   proxy to ``Proxy.__tensorplay_function__``, which records a ``call_function`` node.
   Methods are recorded as ``call_method`` nodes, operators as calls of the op function.
-* library ops (``custom_op``, ``triton_op``, ``tile_lang_op``): they see a live capture
-  (core's ``tensorplay._capture``) and call ``capture_call(op, args, kwargs)``, which
-  lands in ``Tracer.record_call``: one opaque node, the op's body never runs.
+* library ops (``custom_op``, ``triton_op``, ``tile_lang_op``) are entries of the same
+  dispatcher (``TensorOp``), so they reach ``Proxy.__tensorplay_function__`` the same way
+  and become one opaque node: the op's body never runs. (Other code holding a proxy can
+  call core's ``capture_call(target, args, kwargs)``, which lands in
+  ``Tracer.record_call``.)
 
 Every node gets ``meta["val"]``: its result computed by the same call on meta tensors
 (shape and dtype only, never real kernels). A value Python needs concretely (``bool(p)``,
@@ -28,7 +30,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import capture
-from tensorplay._extension import OPS
+from tensorplay._extension import OPS, TensorOp
 from tensorplay.capture import GraphCaptureError
 from tensorplay.graph._graph import Graph, Node, map_args
 from tensorplay.graph._module import GraphModule
@@ -90,7 +92,8 @@ class Proxy(capture.Proxy):
     # ---- the core protocol: every public op given a Proxy comes here -------------------
 
     def __tensorplay_function__(self, func, types, args=(), kwargs=None):
-        return self.tracer.record(func, args, kwargs or {})
+        # a library op (a TensorOp entry) is one opaque node: its body never runs
+        return self.tracer.record(func, args, kwargs or {}, opaque=isinstance(func, TensorOp))
 
     # ---- metadata and methods ------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
 
 from tensorplay import _dispatch
-from tensorplay.autograd import _record, forward_ad, graph, tensor_api
+from tensorplay.autograd import _record, _tensor_op, forward_ad, graph, tensor_api
 from tensorplay.autograd.engine import backward, grad
 from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable
 from tensorplay.autograd.grad_mode import (
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 tensor_api.install()
-_dispatch.register_autograd(_record)  # from now on the dispatcher records graphs
+_dispatch.register_autograd(_record, _tensor_op.record_call)  # the dispatcher records graphs
 
 # the functional API loads on first use (it costs ~10 ms of import time)
 _LAZY = {

@@ -240,23 +240,34 @@ def sum_to(g, shape: tuple):
     return g
 
 
-def fit_grad(g, meta):
-    """A row's raw gradient, summed to the input's shape and cast to its dtype."""
+def fit_grad(g, meta, node=None, i: int = 0):
+    """A raw gradient fitted to its input (``meta``: the input's shape and dtype): summed
+    over the dimensions the input was broadcast along and cast to its dtype (a complex
+    gradient of a real input keeps its real part, as in torch's engine). The one
+    fitter of every node; ``node`` is the node whose user code (a ``Function``'s or a
+    custom op's ``backward``) returned gradient ``i``: its ``grad_error(i, g, shape)``
+    words the error. Without it the gradient came from a built-in formula."""
     if g is None or meta is None:
         return None
     shape, dt = meta
     if not isinstance(g, Tensor):
+        if node is not None:
+            raise TypeError(node.grad_error(i, g, shape))
         raise TypeError(f"a vjp returned {type(g).__name__} where a Tensor or None belongs")
-    g = sum_to(g, shape)
     if g._shape != shape:
-        raise RuntimeError(
-            f"gradient of shape {list(g._shape)} does not match its input's shape {list(shape)}"
-        )
+        try:
+            fitted = sum_to(g, shape) if len(g._shape) >= len(shape) else g
+        except RuntimeError:
+            fitted = g
+        if fitted._shape != shape:
+            if node is not None:
+                raise RuntimeError(node.grad_error(i, g, shape))
+            raise RuntimeError(
+                f"gradient of shape {list(g._shape)} does not match its input's shape {list(shape)}"
+            )
+        g = fitted
     if g.dtype is not dt:
-        if dt.is_complex or not g.dtype.is_complex:
-            g = g.to(dt)
-        else:
-            g = g.real.to(dt) if hasattr(g, "real") else g.to(dt)
+        g = g.to(dt)  # complex to real keeps the real part
     return g
 
 

@@ -15,7 +15,7 @@ import weakref
 from tensorplay._factories import zeros
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import forward_ad, grad_mode
-from tensorplay.autograd._record import _FREED, sum_to
+from tensorplay.autograd._record import _FREED, fit_grad
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
@@ -75,31 +75,28 @@ class FunctionCtx:
 
 
 class BackwardCFunction(Node):
-    """The node a Function installs: calls ``cls.backward`` and checks what it returns."""
+    """The node of user code's derivative: a ``Function``'s (``_connect`` below) and, as
+    ``TensorOpBackward``, a custom op's. Calls ``backward(ctx, *grads)`` (missing output
+    gradients made zeros when ``ctx.materialize_grads``) and fits what it returns to the
+    inputs (``fit_grad``)."""
 
-    def __init__(self, cls, ctx, inputs: tuple, outputs_meta: list):
-        super().__init__(
-            tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs),
-            n_outputs=len(outputs_meta),
-        )
-        self.cls, self.ctx = cls, ctx
-        self._inputs_meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
-        self._outputs_meta = outputs_meta
+    def __init__(
+        self, backward, ctx, edges: tuple, inputs_meta: list, outputs_meta: list, label: str = ""
+    ):
+        super().__init__(edges, n_outputs=len(outputs_meta))
+        self.backward, self.ctx, self._label = backward, ctx, label
+        self._inputs_meta = inputs_meta  # per edge: (shape, dtype), None for a non-tensor
+        self._outputs_meta = outputs_meta  # per output: (shape, dtype, device) or None
 
     def name(self) -> str:
-        return f"{self.cls.__name__}Backward"
+        return f"{self._label}Backward"
 
     def release(self) -> None:
         self._released = True
         self.ctx._saved = None
 
     def apply(self, grad_outputs):
-        if self.ctx.materialize_grads:
-            for g in grad_outputs:  # (not `None in`: that would call Tensor.__eq__)
-                if g is None:
-                    grad_outputs = self._zeros_for_missing(grad_outputs)
-                    break
-        grads = self.cls.backward(self.ctx, *grad_outputs)
+        grads = self._run(grad_outputs)
         if not isinstance(grads, tuple):
             grads = (grads,)
         n = len(self._inputs_meta)
@@ -108,38 +105,36 @@ class BackwardCFunction(Node):
                 f"function {self.name()} returned an incorrect number of "
                 f"gradients (expected {n}, got {len(grads)})"
             )
+        return self._fit_all(grads[:n])
+
+    def _run(self, grad_outputs):
+        """``backward(ctx, *grad_outputs)``, with missing gradients materialized."""
+        if self.ctx.materialize_grads:
+            for g in grad_outputs:  # (not `None in`: that would call Tensor.__eq__)
+                if g is None:
+                    grad_outputs = [
+                        g if g is not None or m is None else zeros(m[0], dtype=m[1], device=m[2])
+                        for g, m in zip(grad_outputs, self._outputs_meta)
+                    ]
+                    break
+        return self.backward(self.ctx, *grad_outputs)
+
+    def _fit_all(self, grads) -> tuple:
         return tuple(
-            self._check(i, g, meta) for i, (g, meta) in enumerate(zip(grads[:n], self._inputs_meta))
+            fit_grad(g, meta, self, i) for i, (g, meta) in enumerate(zip(grads, self._inputs_meta))
         )
 
-    def _zeros_for_missing(self, grad_outputs):
-        return [
-            g if g is not None or meta is None else zeros(meta[0], dtype=meta[1], device=meta[2])
-            for g, meta in zip(grad_outputs, self._outputs_meta)
-        ]
-
-    def _check(self, i, g, meta):
-        if g is None or meta is None:
-            return None
+    def grad_error(self, i: int, g, shape) -> str:
+        """The error for gradient ``i`` that ``fit_grad`` cannot fit to ``shape``."""
         if not isinstance(g, Tensor):
-            raise TypeError(
+            return (
                 f"function {self.name()} returned a gradient of type "
                 f"{type(g).__name__} at index {i}; expected a Tensor or None"
             )
-        shape, dt = meta
-        if g._shape != shape:
-            try:
-                fitted = sum_to(g, shape)
-            except RuntimeError:
-                fitted = None
-            if fitted is None or fitted._shape != shape:
-                raise RuntimeError(
-                    f"Function {self.name()} returned an invalid gradient at index "
-                    f"{i} - got {list(g._shape)} but expected shape compatible "
-                    f"with {list(shape)}"
-                )
-            g = fitted
-        return g if g.dtype is dt else g.to(dt)
+        return (
+            f"Function {self.name()} returned an invalid gradient at index {i} - got "
+            f"{list(g._shape)} but expected shape compatible with {list(shape)}"
+        )
 
 
 class _DelayedError(Node):
@@ -252,7 +247,9 @@ def _connect(cls, ctx, args, outputs):
     """Install the backward node and make the outputs point at it."""
     inputs = list(args)
     meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outputs]
-    node = BackwardCFunction(cls, ctx, tuple(inputs), meta)
+    edges = tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs)
+    inputs_meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
+    node = BackwardCFunction(cls.backward, ctx, edges, inputs_meta, meta, cls.__name__)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong ref back would be a cycle
     non_diff = {id(t) for t in ctx._non_differentiable} if ctx._non_differentiable else ()
     dirty = {id(t) for t in ctx._dirty} if ctx._dirty else ()

@@ -54,11 +54,15 @@ class OpHandle:
         return self.row.name + ("_" if self.inplace else "")
 
     def __call__(self, *args, **kwargs):
-        fn = self.row.inplace_fn if self.inplace else self.row.fn
+        row = self.row
         with grad_mode.no_grad():  # below autograd: the outer call records
-            return fn(*args, **kwargs)
+            if row.kind == "tensor_op":  # the next mode, or the kernel
+                return row.below_autograd(args, kwargs)
+            return (row.inplace_fn if self.inplace else row.fn)(*args, **kwargs)
 
     def __repr__(self) -> str:
+        if self.row.kind == "tensor_op":
+            return f"<op {self.name}>"
         return f"<op tensorplay.{self.name}>"
 
     def __eq__(self, other) -> bool:
@@ -120,7 +124,7 @@ def run(row, targs: tuple, params: dict, out, inplace):
     """Give the op to the innermost mode, which runs with itself switched off."""
     _, args, kwargs = user_call(row, targs, params, out, inplace)
     mode = _stack.modes[-1]
-    types = tuple({type(x) for x in _flat(targs) if isinstance(x, Tensor)})
+    types = tuple({type(x) for x in _flat((*targs, *params.values())) if isinstance(x, Tensor)})
     saved = _stack.modes
     _stack.modes = saved[:-1]
     try:

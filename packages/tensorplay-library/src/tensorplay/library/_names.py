@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tensorplay._extension import NO_TENSOR
+
 __all__ = [
     "AGNOSTIC",
     "DEVICE_TYPES",
@@ -19,8 +21,9 @@ __all__ = [
     "dispatch_key",
 ]
 
-# The device-agnostic kernel slot (PyTorch's CompositeExplicitAutograd / "default").
-AGNOSTIC = "default"
+# The device-agnostic kernel slot (PyTorch's CompositeExplicitAutograd / "default"): the
+# dispatcher's slot for calls without a tensor argument.
+AGNOSTIC = NO_TENSOR
 DEVICE_TYPES = ("cpu", "cuda")
 _COMPOSITE = frozenset(
     {

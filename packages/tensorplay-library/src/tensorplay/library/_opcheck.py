@@ -186,7 +186,7 @@ def _no_grad_call(op: CustomOpDef, args: tuple, kwargs: dict) -> Any:
 def test_schema(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
     """Arguments outside ``mutates_args`` keep their values; no output aliases an input."""
     args, kwargs = _clone(args), _clone(kwargs)
-    inputs = op._named_tensors(args, kwargs)
+    inputs = op.named_tensors(args, kwargs)
     # values, not version counters: a launcher that copies its arguments back unchanged
     # (Triton's interpreter does) writes without mutating
     before = [(name, t.detach().clone()) for name, t in inputs]
@@ -240,13 +240,13 @@ def test_autograd_registration(op: CustomOpDef, args, kwargs, atol, rtol) -> Non
             t.requires_grad_(True)
         return t
 
-    names = op._input_names()
+    names = op.input_names()
     args = tuple(
         _clone(a) if i < len(names) and names[i] in declared else _map(a, leaf)
         for i, a in enumerate(args)
     )
     kwargs = {k: _clone(v) if k in declared else _map(v, leaf) for k, v in kwargs.items()}
-    leaves = [(n, t) for n, t in op._named_tensors(args, kwargs) if t.requires_grad]
+    leaves = [(n, t) for n, t in op.named_tensors(args, kwargs) if t.requires_grad]
     if not leaves:
         return  # nothing is differentiable: nothing to check
     first = _outputs(op(*args, **kwargs))[0]
@@ -395,7 +395,7 @@ def test_gradcheck(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
     # ``tp.autograd.gradcheck`` bound to the module instead of the function
     gradcheck = tp.autograd.gradcheck
     declared = set(op.mutates_args)
-    names = op._input_names()
+    names = op.input_names()
     positions = [
         i
         for i, a in enumerate(args)

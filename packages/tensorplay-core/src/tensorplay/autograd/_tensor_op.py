@@ -1,69 +1,64 @@
-"""The autograd layer of library ops, for calls with inputs that require grad.
+"""The autograd layer of ``TensorOp`` entries (custom ops), for calls with inputs that
+require grad.
 
 The kernel runs below autograd: grad mode off and every input detached (a view sharing
 its memory and version counter), so the kernel may call ``x.numpy()`` and its own ops
-record nothing. In grad mode the forward then builds one graph node directly (no
-``Function.apply`` round trip): it calls the ``backward`` given to ``register_autograd``,
-or, for an op without one, raises "Autograd has not been implemented" (the op is not
-differentiated through its body, as in PyTorch).
+record nothing. In grad mode the forward then builds one graph node, ``TensorOpBackward``,
+which calls the op's ``backward`` (``op._vjp``), or, for an op without one, raises
+"Autograd has not been implemented" (the op is not differentiated through its body, as
+in PyTorch).
 
-The context is core's ``FunctionCtx``, so ``ctx.save_for_backward``,
-``ctx.saved_tensors``, ``ctx.needs_input_grad``, ``ctx.mark_non_differentiable`` and
-``ctx.set_materialize_grads`` behave as in a ``tp.autograd.Function``.
+The context is a ``FunctionCtx`` and the node shares ``Function``'s (``BackwardCFunction``):
+``ctx.save_for_backward``, ``ctx.saved_tensors``, ``ctx.needs_input_grad``,
+``ctx.mark_non_differentiable`` and ``ctx.set_materialize_grads`` behave as in a
+``tp.autograd.Function``, and gradients are fitted by the one ``fit_grad``.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tensorplay import Tensor, zeros
-from tensorplay._extension import differentiable_dtype, dispatch_mode_stack, sum_to
+from tensorplay import _dispatch
+from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
-from tensorplay.autograd.function import FunctionCtx
-from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+from tensorplay.autograd._record import differentiable_dtype
+from tensorplay.autograd.function import BackwardCFunction, FunctionCtx
+from tensorplay.autograd.graph import SavedTensor, edge_of
 
-if TYPE_CHECKING:
-    from tensorplay.library._op import CustomOpDef
-
-__all__ = ["apply", "CustomOpBackward"]
+__all__ = ["record_call", "TensorOpBackward"]
 
 _grad = grad_mode.state
-_modes = dispatch_mode_stack  # .modes: the dispatch modes of this thread
 _NO_EDGE = (None, 0)
 
 
-def apply(op: CustomOpDef, args: tuple, kwargs: dict):
+def record_call(op, args: tuple, kwargs: dict):
     """Run ``op`` below autograd on detached inputs; in grad mode, attach its backward node
     to the outputs."""
     recording = _grad.enabled
-    formula = op._formula  # one snapshot: a concurrent register_autograd applies next call
-    if recording and op._mutates_args:
+    vjp = op._vjp  # one snapshot: a concurrent register_autograd applies from the next call
+    if recording and op._mutates:
         _check_mutated(op, args, kwargs)
     below_args = tuple(_detached(a) for a in args)
     below_kwargs = {k: _detached(v) for k, v in kwargs.items()} if kwargs else kwargs
-    if _modes.modes:  # a dispatch mode sees the call (its ``func`` runs without grad)
-        output = op._through_mode(below_args, below_kwargs)
+    if not recording:
+        return op.below_autograd(below_args, below_kwargs)
+    if _dispatch.dispatch_modes.active():
+        # as for built-in ops, a mode sees grad mode as the caller set it; the ``func`` it
+        # calls runs without recording
+        output = op.below_autograd(below_args, below_kwargs)
     else:
-        first = below_args[0] if below_args else None
-        kernel = op._table.get(first.device.type) if type(first) is Tensor else None
-        if kernel is None:
-            kernel = op._pick_kernel(below_args, below_kwargs)
-        if not recording:
-            return op._finish(below_args, below_kwargs, kernel(*below_args, **below_kwargs))
         _grad.enabled = False  # the kernel's own ops must not record: the node stands for them
         try:
-            output = op._finish(below_args, below_kwargs, kernel(*below_args, **below_kwargs))
+            output = op.below_autograd(below_args, below_kwargs)
         finally:
             _grad.enabled = True
-    if not recording:
-        return output
-    backward, setup_context = formula if formula is not None else (None, None)
-    inputs = op._inputs(args, kwargs)
+    backward, setup_context = vjp if vjp is not None else (None, None)
+    inputs = op.inputs(args, kwargs)
     single = not isinstance(output, (tuple, list))  # a list output: one grad per element
     outs = (output,) if single else tuple(output)
     ctx = FunctionCtx()
-    node = CustomOpBackward(op, backward, ctx, inputs, outs)  # sets ctx.needs_input_grad
+    node = TensorOpBackward(op, backward, ctx, inputs, outs)  # sets ctx.needs_input_grad
     if setup_context is not None:
         setup_context(ctx, inputs, output)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong reference back is a cycle
@@ -92,9 +87,9 @@ def _requires_grad(x: Any) -> bool:
     return False
 
 
-def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
-    for name in op._mutates_args:
-        if _requires_grad(op._argument(name, args, kwargs)):
+def _check_mutated(op, args: tuple, kwargs: dict) -> None:
+    for name in op._mutates:
+        if _requires_grad(op.argument(name, args, kwargs)):
             raise RuntimeError(
                 f"{op.name}: argument {name!r} is mutated in place (mutates_args) and requires "
                 "grad; autograd through mutated arguments is not supported. Pass a tensor that "
@@ -102,8 +97,8 @@ def _check_mutated(op: CustomOpDef, args: tuple, kwargs: dict) -> None:
             )
 
 
-def _connect(node: CustomOpBackward, ctx: FunctionCtx, outs: tuple) -> None:
-    """Point the differentiable outputs at ``node`` (they are new tensors: the kernel check
+def _connect(node: TensorOpBackward, ctx: FunctionCtx, outs: tuple) -> None:
+    """Point the differentiable outputs at ``node`` (they are new tensors: ``finish``
     refuses outputs that alias an input)."""
     non_diff = ctx._non_differentiable
     for i, o in enumerate(outs):
@@ -114,12 +109,12 @@ def _connect(node: CustomOpBackward, ctx: FunctionCtx, outs: tuple) -> None:
                 o.requires_grad, o.grad_fn, o._output_nr = True, node, i
 
 
-class CustomOpBackward(Node):
-    """The backward node of one call of a library op: calls the registered ``backward``
-    and checks that it returned one gradient per input, shaped like the input; without a
+class TensorOpBackward(BackwardCFunction):
+    """The backward node of one call of a ``TensorOp``: calls its registered ``backward``
+    (one gradient per input, a list of gradients for a list-of-tensors input); without a
     registered ``backward`` it raises."""
 
-    def __init__(self, op: CustomOpDef, backward, ctx: FunctionCtx, inputs: tuple, outs: tuple):
+    def __init__(self, op, backward, ctx: FunctionCtx, inputs: tuple, outs: tuple):
         edges: list = []
         layout: list = []  # per input: None (no gradient), -1 (one tensor) or n (a list of n)
         meta: list = []
@@ -138,20 +133,14 @@ class CustomOpBackward(Node):
             else:
                 layout.append(None)
                 needs.append(False)
-        super().__init__(tuple(edges), n_outputs=len(outs))
+        outs_meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outs]
+        super().__init__(backward, ctx, tuple(edges), meta, outs_meta)
         ctx.needs_input_grad = tuple(needs)
-        self.op, self.backward, self.ctx = op, backward, ctx
-        self._layout, self._meta = layout, meta
-        self._outs_meta = [
-            (o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outs
-        ]
+        self.op = op
+        self._layout = layout
 
     def name(self) -> str:
         return f"{self.op.name}Backward"
-
-    def release(self) -> None:
-        self._released = True
-        self.ctx._saved = None
 
     def apply(self, grad_outputs: list) -> tuple:
         if self.backward is None:
@@ -163,13 +152,7 @@ class CustomOpBackward(Node):
                 "backward, setup_context=...), or call the op on detached inputs (x.detach()) "
                 "if no gradient is needed"
             )
-        if self.ctx.materialize_grads and any(g is None for g in grad_outputs):
-            grad_outputs = [
-                zeros(m[0], dtype=m[1], device=m[2]) if g is None and m is not None else g
-                for g, m in zip(grad_outputs, self._outs_meta)
-            ]
-        grads = self.backward(self.ctx, *grad_outputs)
-        return self._flatten(grads)
+        return self._fit_all(self._flatten(self._run(grad_outputs)))
 
     def _flatten(self, grads) -> tuple:
         layout = self._layout
@@ -180,7 +163,7 @@ class CustomOpBackward(Node):
             if not (len(grads) == 1 and isinstance(grads[0], (tuple, list))):
                 grads = (grads,)
         if len(grads) != len(layout):
-            names = self.op._input_names()
+            names = self.op.input_names()
             raise RuntimeError(
                 f"{self.op.name}: the backward registered with register_autograd returned "
                 f"{len(grads)} gradient(s), but the op has {len(layout)} input(s)"
@@ -202,26 +185,15 @@ class CustomOpBackward(Node):
                     f"{self.op.name}: backward must return a list of {kind} gradients for "
                     f"input {i} (a list of tensors), got {type(g).__name__}"
                 )
-        return tuple(self._fit(i, g, m) for i, (g, m) in enumerate(zip(flat, self._meta)))
+        return tuple(flat)
 
-    def _fit(self, i: int, g, meta):
-        if g is None or meta is None:
-            return None
+    def grad_error(self, i: int, g, shape) -> str:
         if not isinstance(g, Tensor):
-            raise TypeError(
+            return (
                 f"{self.op.name}: backward returned a {type(g).__name__} as gradient {i}; "
                 "expected a Tensor or None"
             )
-        shape, dt = meta
-        if g._shape != shape:
-            try:
-                fitted = sum_to(g, shape) if len(g._shape) >= len(shape) else g
-            except RuntimeError:
-                fitted = g
-            if fitted._shape != shape:
-                raise RuntimeError(
-                    f"{self.op.name}: backward returned gradient {i} of shape "
-                    f"{list(g._shape)}, but the input has shape {list(shape)}"
-                )
-            g = fitted
-        return g if g.dtype is dt else g.to(dt)
+        return (
+            f"{self.op.name}: backward returned gradient {i} of shape {list(g._shape)}, but "
+            f"the input has shape {list(shape)}"
+        )
