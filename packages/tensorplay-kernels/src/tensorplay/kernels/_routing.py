@@ -19,6 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 import tensorplay as tp
 from tensorplay._extension import get_device_kernel, set_device_kernel
 from tensorplay.kernels._capability import triton_unavailable_reason
@@ -32,13 +34,9 @@ _lock = threading.Lock()
 _installed: dict[str, Callable[..., Any]] = {}
 
 
-def _tp_dtypes() -> dict[Any, tp.dtype]:
-    import numpy as np  # noqa: PLC0415
-
-    return {np.dtype(d.np): d for d in (tp.float16, tp.bfloat16, tp.float32, tp.float64)}
-
-
-_DTYPES: dict[Any, tp.dtype] = _tp_dtypes()
+_DTYPES: dict[Any, tp.dtype] = {
+    np.dtype(d.np): d for d in (tp.float16, tp.bfloat16, tp.float32, tp.float64)
+}
 
 
 def _ptr(array: Any, dtype: tp.dtype) -> Pointer:
