@@ -21,7 +21,6 @@ from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kerne
 from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
 from tensorplay._tensor import data_ptr_of
 from tensorplay._tensor_op import NO_TENSOR, TensorOp
-from tensorplay.autograd._record import differentiable_dtype, sum_to
 
 __all__ = [
     "OPS",
@@ -35,8 +34,6 @@ __all__ = [
     "DLPACK_DTYPES",
     "DLTensor",
     "data_ptr_of",
-    "differentiable_dtype",
-    "sum_to",
 ]
 
 # ---- the dispatcher ------------------------------------------------------------------------
@@ -56,7 +53,6 @@ register_op_name = _ops.add
 # ---- DLPack ---------------------------------------------------------------------------------
 # DLTensor: the ctypes layout of DLPack's DLTensor. DLPACK_DTYPES: (code, bits) -> dtype.
 
-# ---- tensors and autograd -------------------------------------------------------------------
+# ---- tensors ---------------------------------------------------------------------------------
 # data_ptr_of(t): the address of t's first element (Tensor.data_ptr without the override
-# check). differentiable_dtype(dtype): whether autograd tracks tensors of that dtype.
-# sum_to(grad, shape): reduce a broadcast gradient back to an input's shape.
+# check).

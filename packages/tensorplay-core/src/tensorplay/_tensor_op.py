@@ -168,10 +168,8 @@ class TensorOp:
             p.name.startswith(_PREFIX) for p in params
         ):
             return
-        call_fn = _generate_binding(self, params)
-        cls = type(self)
-        base = cls.__bases__[0] if cls.__dict__.get("_bound") else cls
-        attrs = {"__call__": call_fn, "_bound": True, "__module__": base.__module__}
+        base = type(self)
+        attrs = {"__call__": _generate_binding(self, params), "__module__": base.__module__}
         self.__class__ = type(base.__name__, (base,), {**attrs, "__qualname__": base.__qualname__})
 
 

@@ -39,6 +39,9 @@ __all__ = ["autocast", "is_autocast_enabled", "get_autocast_dtype"]
 _DEFAULT_DTYPE = {"cpu": D.bfloat16, "cuda": D.float16}
 _ALLOWED = {"cpu": (D.bfloat16, D.float16), "cuda": (D.float16, D.bfloat16)}
 _ELIGIBLE = (D.float16, D.bfloat16, D.float32)
+# what a TensorOp's register_autocast policy casts (torch's library.register_autocast: every
+# floating tensor, float64 included)
+_FLOATING = tuple(d for d in D.ALL if d.is_floating_point)
 
 # PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp), restricted to our op rows.
 LOWER_PRECISION = frozenset({"matmul", "mm", "bmm", "einsum"})
@@ -246,13 +249,9 @@ def _tensor_op_layer(nxt, op, args: tuple, kwargs: dict):
         return nxt(op, args, kwargs)
 
     def cast(x):
-        if isinstance(x, Tensor):
-            if x.dtype.is_floating_point and x.dtype is not cast_to and x.device.type == dev.type:
-                return _dispatch.OPS["_to_copy"].fn(x, cast_to)
-            return x
         if type(x) is list or type(x) is tuple:
-            return type(x)(cast(y) for y in x)
-        return x
+            return type(x)(_cast(y, cast_to, dev.type, _FLOATING) for y in x)
+        return _cast(x, cast_to, dev.type, _FLOATING)
 
     args, kwargs = tuple(cast(a) for a in args), {k: cast(v) for k, v in kwargs.items()}
     with autocast(dev.type, enabled=False):

@@ -20,6 +20,7 @@ import weakref
 from typing import Any
 
 from tensorplay import _dispatch
+from tensorplay._native import any_requires_grad
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd._record import differentiable_dtype
@@ -79,17 +80,9 @@ def _detached(x: Any) -> Any:
     return x
 
 
-def _requires_grad(x: Any) -> bool:
-    if isinstance(x, Tensor):
-        return x.requires_grad
-    if type(x) is list or type(x) is tuple:
-        return any(isinstance(y, Tensor) and y.requires_grad for y in x)
-    return False
-
-
 def _check_mutated(op, args: tuple, kwargs: dict) -> None:
     for name in op._mutates:
-        if _requires_grad(op.argument(name, args, kwargs)):
+        if any_requires_grad((op.argument(name, args, kwargs),)):
             raise RuntimeError(
                 f"{op.name}: argument {name!r} is mutated in place (mutates_args) and requires "
                 "grad; autograd through mutated arguments is not supported. Pass a tensor that "
@@ -129,7 +122,7 @@ class TensorOpBackward(BackwardCFunction):
                 layout.append(len(x))
                 edges.extend(edge_of(y) if isinstance(y, Tensor) else _NO_EDGE for y in x)
                 meta.extend((y._shape, y.dtype) if isinstance(y, Tensor) else None for y in x)
-                needs.append(_requires_grad(x))
+                needs.append(any_requires_grad(x))
             else:
                 layout.append(None)
                 needs.append(False)
