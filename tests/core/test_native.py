@@ -267,6 +267,44 @@ def test_misuse_of_native_entry_points_is_an_error_not_a_crash():
 
 
 @needs_native
+def test_native_input_edges_matches_its_twin():
+    """Every recording reads its inputs through ``input_edges``: the native pass and the
+    Python twin give the same edges and metadata for leaves, non-leaves, tensors that need
+    no grad, numbers, and a view written in place after it was made (its history is
+    rebuilt through the base, in Python, before the edge is read)."""
+    from tensorplay.autograd import graph
+
+    C = _native.NATIVE
+    leaf = tp.ones(3, requires_grad=True)
+    mid = leaf * 2
+    base = leaf.clone()
+    view = base[1:]
+    base.mul_(2)  # view's recorded history is now stale
+    plain = tp.zeros(2, dtype=tp.int64)
+    items = (leaf, mid, plain, 2.5, None, view)
+    native_edges, native_meta = C.input_edges(items)
+    twin_edges, twin_meta = graph._input_edges(items)
+    assert native_edges == twin_edges and native_meta == twin_meta
+    assert native_edges[0] == (graph.accumulator(leaf), 0)
+    assert native_edges[1] == (mid.grad_fn, 0)
+    assert native_edges[2] == (None, 0) and native_edges[3] == (None, 0)
+    assert native_edges[5][0].name() == "AsStridedBackward0"  # rebuilt, not the slice's
+    assert native_meta == [
+        ((3,), tp.float32),
+        ((3,), tp.float32),
+        ((2,), tp.int64),
+        None,
+        None,
+        ((2,), tp.float32),
+    ]
+    assert C.input_edges([]) == ((), [])
+    with pytest.raises(TypeError, match="list or tuple"):
+        C.input_edges(leaf)
+    with pytest.raises(ValueError, match="already called"):
+        C.init_edges(print, print)
+
+
+@needs_native
 def test_fast_op_fallback_gets_every_other_call():
     calls = []
 

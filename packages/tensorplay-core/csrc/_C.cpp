@@ -12,6 +12,7 @@
 //                   ufunc call, two object allocations. Anything else -> the Python function.
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
+//   input_edges     the pass every recording makes over a new backward node's inputs.
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -504,6 +505,85 @@ bool any_requires_grad(py::handle items) {
     return r == 1;
 }
 
+// ---- a new backward node's inputs (twin: tensorplay.autograd.graph.input_edges) -------
+//
+// Every recording (op-table rows, autograd.Function, custom ops) reads its inputs' edges
+// and metadata in this one pass. The rare cases stay in Python: a view whose memory was
+// written since its history was recorded (_view_version set) goes through
+// graph.grad_fn_of, and a leaf's AccumulateGrad comes from graph.accumulator.
+
+struct EdgeHooks {
+    PyObject *grad_fn_of = nullptr, *accumulator = nullptr;
+    PyObject *view_version = nullptr, *grad_fn = nullptr, *output_nr = nullptr;
+    PyObject *no_edge = nullptr, *zero = nullptr;
+};
+EdgeHooks E;
+
+void init_edges(py::object grad_fn_of, py::object accumulator) {
+    if (!PyCallable_Check(grad_fn_of.ptr()) || !PyCallable_Check(accumulator.ptr()))
+        throw py::type_error("tensorplay._C.init_edges(grad_fn_of, accumulator): expected callables");
+    if (E.grad_fn_of) throw py::value_error("tensorplay._C.init_edges() was already called");
+    E.view_version = PyUnicode_InternFromString("_view_version");
+    E.grad_fn = PyUnicode_InternFromString("grad_fn");
+    E.output_nr = PyUnicode_InternFromString("_output_nr");
+    E.zero = PyLong_FromLong(0);
+    E.no_edge = PyTuple_Pack(2, Py_None, E.zero);
+    E.accumulator = accumulator.release().ptr();  // kept for the life of the process
+    E.grad_fn_of = grad_fn_of.release().ptr();
+}
+
+// A new reference to tensor x's edge (node, output_nr); NULL with an exception set.
+PyObject *edge_of(PyObject *x) {
+    PyObject *seen = PyObject_GetAttr(x, E.view_version);
+    if (!seen) return nullptr;
+    PyObject *fn = seen == Py_None ? PyObject_GetAttr(x, E.grad_fn)
+                                   : PyObject_CallOneArg(E.grad_fn_of, x);
+    Py_DECREF(seen);
+    if (!fn) return nullptr;
+    if (fn != Py_None) {
+        PyObject *nr = PyObject_GetAttr(x, E.output_nr);
+        PyObject *edge = nr ? PyTuple_Pack(2, fn, nr) : nullptr;
+        Py_XDECREF(nr);
+        Py_DECREF(fn);
+        return edge;
+    }
+    Py_DECREF(fn);
+    int r = requires_grad(x);
+    if (r < 0) return nullptr;
+    if (!r) return Py_NewRef(E.no_edge);
+    PyObject *acc = PyObject_CallOneArg(E.accumulator, x);
+    if (!acc) return nullptr;
+    PyObject *edge = PyTuple_Pack(2, acc, E.zero);
+    Py_DECREF(acc);
+    return edge;
+}
+
+py::tuple input_edges(py::handle items) {
+    if (!E.grad_fn_of || !L.ready)
+        throw py::value_error("tensorplay._C.input_edges: init() and init_edges() come first");
+    if (!PyList_Check(items.ptr()) && !PyTuple_Check(items.ptr()))
+        throw py::type_error("input_edges(items): items must be a list or tuple");
+    PyObject *seq = items.ptr();
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    py::tuple edges(n);
+    py::list meta(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyObject_TypeCheck(x, L.tensor)) {
+            PyTuple_SET_ITEM(edges.ptr(), i, Py_NewRef(E.no_edge));
+            PyList_SET_ITEM(meta.ptr(), i, Py_NewRef(Py_None));
+            continue;
+        }
+        PyObject *edge = edge_of(x);
+        if (!edge) throw py::error_already_set();
+        PyTuple_SET_ITEM(edges.ptr(), i, edge);
+        PyObject *m = PyTuple_Pack(2, slot(x, L.t_shape), slot(x, L.t_dtype));
+        if (!m) throw py::error_already_set();
+        PyList_SET_ITEM(meta.ptr(), i, m);
+    }
+    return py::make_tuple(edges, meta);
+}
+
 // ---- the DLPack C exchange table ------------------------------------------------------
 //
 // tvm-ffi reads `Tensor.__dlpack_c_exchange_api__` (a capsule holding this table) and then
@@ -695,4 +775,8 @@ PYBIND11_MODULE(_C, m) {
           "The DLPack C exchange table as a 'dlpack_exchange_api' capsule (made once)");
     m.def("any_requires_grad", &any_requires_grad, py::arg("tensors"),
           "Some Tensor in the sequence requires grad");
+    m.def("init_edges", &init_edges, py::arg("grad_fn_of"), py::arg("accumulator"),
+          "Learn autograd.graph's grad_fn_of and accumulator (called once by autograd.graph)");
+    m.def("input_edges", &input_edges, py::arg("items"),
+          "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
 }

@@ -12,6 +12,8 @@ native                        Python twin
                               (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
 ``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
+``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
+                              recording makes over a new backward node's inputs)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================

@@ -27,10 +27,12 @@ from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher call
     propagate as forward,
 )
 from tensorplay.autograd.graph import (
+    _NO_EDGE,
     Node,
     SavedTensor,
     edge_of,
     grad_fn_of,
+    input_edges,
     register_view_rebuild,
 )
 
@@ -40,16 +42,8 @@ def _backward_name(op: str) -> str:
     return "".join(p.capitalize() for p in op.split("_")) + "Backward0"
 
 
-_NO_EDGE = (None, 0)  # an input no gradient flows to
-
-
 def differentiable_dtype(dt) -> bool:
     return dt.is_floating_point or dt.is_complex
-
-
-def flat_inputs(row, targs) -> list:
-    """The inputs that gradients flow to, in the order ``vjp`` returns them."""
-    return list(targs[0]) if row.n_inputs == "seq" else list(targs)
 
 
 class _LazyInputs(tuple):
@@ -80,15 +74,20 @@ class _Ctx:
     inplace operation" check for the tensors its formula really reads.
     """
 
+    __slots__ = ("_node", "params", "needs_input_grad", "_inputs")
+
     def __init__(self, node):
         self._node = node
         self.params = node.params
         # which inputs a gradient is wanted for: a vjp may skip work for the others
-        self.needs_input_grad = tuple(n is not None for n, _ in node.next_functions)
+        self.needs_input_grad = node._needs
+        self._inputs = None
 
     @property
     def inputs(self) -> _LazyInputs:
-        return _LazyInputs(self._node._check_saved()[0], self._node.name())
+        if self._inputs is None:
+            self._inputs = _LazyInputs(self._node._check_saved()[0], self._node.name())
+        return self._inputs
 
     @property
     def out(self):
@@ -147,32 +146,26 @@ class OpNode(Node):
     input (sums broadcast dimensions, casts to the input's dtype)."""
 
     def __init__(self, row, targs, params, outputs: tuple):
-        # one pass over the inputs (every recorded op runs this): edges and metadata
-        edges, meta = [], []
-        for x in flat_inputs(row, targs):
-            if isinstance(x, Tensor):
-                edges.append(edge_of(x))
-                meta.append((x._shape, x.dtype))
-            else:
-                edges.append(_NO_EDGE)
-                meta.append(None)
-        super().__init__(tuple(edges), n_outputs=len(outputs))
-        self.row, self.params = row, params
-        self._meta = meta
-        self._seq = row.n_inputs == "seq"
+        seq = row.n_inputs == "seq"
+        self.next_functions, self._meta = input_edges(targs[0] if seq else targs)
+        self.n_outputs = len(outputs)
+        # which inputs a gradient is wanted for (``ctx.needs_input_grad``)
+        self._needs = tuple([n is not None for n, _ in self.next_functions])
+        self.row, self.params, self._seq = row, params, seq
         for i, o in enumerate(outputs):
             o.requires_grad, o.grad_fn, o._output_nr = True, self, i
         if row.kind == "view":
             for o in outputs:
                 if o._base is not None:  # (reshape may have copied)
                     o._view_version = o._storage._version  # see graph.grad_fn_of
-        save = _ViewGeometry if row.kind == "view" else SavedTensor
-        self._saved = (
-            [save(x) if isinstance(x, Tensor) else x for x in targs],
-            [save(o, self) for o in outputs] if _saves_out(row) else None,
-        )
-        if self._seq:
-            self._saved[0][0] = [SavedTensor(x) for x in targs[0]]
+            save = _ViewGeometry
+        else:
+            save = SavedTensor
+        saved_in = [save(x) if isinstance(x, Tensor) else x for x in targs]
+        if seq:
+            saved_in[0] = [SavedTensor(x) for x in targs[0]]
+        saved_out = [save(o, self) for o in outputs] if _saves_out(row) else None
+        self._saved = (saved_in, saved_out)
 
     def name(self) -> str:
         return _backward_name(self.row.name)
@@ -189,19 +182,21 @@ class OpNode(Node):
         self._saved = None
 
     def apply(self, grad_outputs):
-        if self.row.vjp is None:
-            raise NotImplementedError(f"the derivative for '{self.row.name}' is not implemented")
+        row = self.row
+        if row.vjp is None:
+            raise NotImplementedError(f"the derivative for '{row.name}' is not implemented")
         if self._saved is None:
             raise RuntimeError(_FREED)
-        if self.row.multi:
-            outs = _Ctx(self).out
+        ctx = _Ctx(self)
+        if row.multi:
+            outs = ctx.out
             g = tuple(gi if gi is not None else _zeros_like(o) for gi, o in zip(grad_outputs, outs))
         else:
             g = grad_outputs[0]
-        grads = self.row.vjp(_Ctx(self), g)
+        grads = row.vjp(ctx, g)
         if not isinstance(grads, (tuple, list)):
             grads = (grads,)
-        return tuple(fit_grad(gr, m) for gr, m in zip(grads, self._meta))
+        return tuple([fit_grad(gr, m) for gr, m in zip(grads, self._meta)])
 
 
 class _ViewGeometry(SavedTensor):
@@ -250,6 +245,8 @@ def fit_grad(g, meta, node=None, i: int = 0):
     if g is None or meta is None:
         return None
     shape, dt = meta
+    if type(g) is Tensor and g._shape == shape and g.dtype is dt:
+        return g  # the common case: it fits already
     if not isinstance(g, Tensor):
         if node is not None:
             raise TypeError(node.grad_error(i, g, shape))

@@ -25,12 +25,11 @@ from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd._record import differentiable_dtype
 from tensorplay.autograd.function import BackwardCFunction, FunctionCtx
-from tensorplay.autograd.graph import SavedTensor, edge_of
+from tensorplay.autograd.graph import SavedTensor, input_edges
 
 __all__ = ["record_call", "TensorOpBackward"]
 
 _grad = grad_mode.state
-_NO_EDGE = (None, 0)
 
 
 def record_call(op, args: tuple, kwargs: dict):
@@ -108,26 +107,27 @@ class TensorOpBackward(BackwardCFunction):
     registered ``backward`` it raises."""
 
     def __init__(self, op, backward, ctx: FunctionCtx, inputs: tuple, outs: tuple):
-        edges: list = []
-        layout: list = []  # per input: None (no gradient), -1 (one tensor) or n (a list of n)
-        meta: list = []
-        needs: list = []
-        for x in inputs:
-            if isinstance(x, Tensor):
-                layout.append(-1)
-                edges.append(edge_of(x))
-                meta.append((x._shape, x.dtype))
-                needs.append(x.requires_grad)
-            elif (type(x) is list or type(x) is tuple) and x and isinstance(x[0], Tensor):
-                layout.append(len(x))
-                edges.extend(edge_of(y) if isinstance(y, Tensor) else _NO_EDGE for y in x)
-                meta.extend((y._shape, y.dtype) if isinstance(y, Tensor) else None for y in x)
-                needs.append(any_requires_grad(x))
-            else:
-                layout.append(None)
-                needs.append(False)
+        if all(isinstance(x, Tensor) for x in inputs):  # the common case: tensors only
+            layout = [-1] * len(inputs)
+            edges, meta = input_edges(inputs)
+            needs = [x.requires_grad for x in inputs]
+        else:
+            layout, flat, needs = [], [], []  # layout per input: None (no gradient),
+            for x in inputs:  # -1 (one tensor) or n (a list of n)
+                if isinstance(x, Tensor):
+                    layout.append(-1)
+                    flat.append(x)
+                    needs.append(x.requires_grad)
+                elif (type(x) is list or type(x) is tuple) and x and isinstance(x[0], Tensor):
+                    layout.append(len(x))
+                    flat.extend(x)
+                    needs.append(any_requires_grad(x))
+                else:
+                    layout.append(None)
+                    needs.append(False)
+            edges, meta = input_edges(flat)
         outs_meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outs]
-        super().__init__(backward, ctx, tuple(edges), meta, outs_meta)
+        super().__init__(backward, ctx, edges, meta, outs_meta)
         ctx.needs_input_grad = tuple(needs)
         self.op = op
         self._layout = layout

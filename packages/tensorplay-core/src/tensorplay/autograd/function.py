@@ -16,7 +16,7 @@ from tensorplay._factories import zeros
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import forward_ad, grad_mode
 from tensorplay.autograd._record import _FREED, fit_grad
-from tensorplay.autograd.graph import Node, SavedTensor, edge_of
+from tensorplay.autograd.graph import Node, SavedTensor, edge_of, input_edges
 
 __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 
@@ -24,16 +24,17 @@ __all__ = ["Function", "FunctionCtx", "once_differentiable"]
 class FunctionCtx:
     """The ``ctx`` of a Function: saved tensors, flags, and any attribute you set."""
 
-    def __init__(self):
-        self._to_save: tuple = ()
-        self._saved: list | None = None
-        self._for_forward: tuple = ()
-        self._in_jvp = False
-        self._dirty: tuple = ()
-        self._non_differentiable: tuple = ()
-        self.materialize_grads = True
-        self.needs_input_grad: tuple = ()
-        self._node = None  # weakref to the BackwardCFunction node
+    # Class-level defaults (every recorded call makes a ctx; most set two or three of
+    # these): a setter stores into the instance.
+    _to_save: tuple = ()
+    _saved: list | None = None
+    _for_forward: tuple = ()
+    _in_jvp = False
+    _dirty: tuple = ()
+    _non_differentiable: tuple = ()
+    materialize_grads = True
+    needs_input_grad: tuple = ()
+    _node = None  # weakref to the BackwardCFunction node
 
     def save_for_backward(self, *tensors) -> None:
         """Keep ``tensors`` (inputs, outputs or None) for ``backward`` as ``saved_tensors``."""
@@ -245,10 +246,8 @@ class Function:
 
 def _connect(cls, ctx, args, outputs):
     """Install the backward node and make the outputs point at it."""
-    inputs = list(args)
     meta = [(o._shape, o.dtype, o.device) if isinstance(o, Tensor) else None for o in outputs]
-    edges = tuple(edge_of(x) if isinstance(x, Tensor) else (None, 0) for x in inputs)
-    inputs_meta = [(x._shape, x.dtype) if isinstance(x, Tensor) else None for x in inputs]
+    edges, inputs_meta = input_edges(args)
     node = BackwardCFunction(cls.backward, ctx, edges, inputs_meta, meta, cls.__name__)
     ctx._node = weakref.ref(node)  # the node owns ctx; a strong ref back would be a cycle
     non_diff = {id(t) for t in ctx._non_differentiable} if ctx._non_differentiable else ()

@@ -13,6 +13,8 @@ import threading
 import weakref
 from types import MappingProxyType
 
+from tensorplay._native import NATIVE
+from tensorplay._tensor import Tensor
 from tensorplay.autograd import grad_mode
 
 __all__ = [
@@ -160,7 +162,30 @@ def edge_of(t) -> tuple:
         return (t.grad_fn, t._output_nr)
     if t.requires_grad:
         return (accumulator(t), 0)
-    return (None, 0)
+    return _NO_EDGE
+
+
+_NO_EDGE = (None, 0)  # an input no gradient flows to
+
+
+def _input_edges(items) -> tuple:
+    """What every recording reads of a new node's inputs, in one pass: ``(edges, meta)``,
+    per item ``edge_of(x)`` and ``(x._shape, x.dtype)`` for a Tensor, ``(None, 0)`` and
+    None for anything else. (``tensorplay._C.input_edges`` is the native twin.)"""
+    edges, meta = [], []
+    for x in items:
+        if isinstance(x, Tensor):
+            edges.append(edge_of(x))
+            meta.append((x._shape, x.dtype))
+        else:
+            edges.append(_NO_EDGE)
+            meta.append(None)
+    return tuple(edges), meta
+
+
+if NATIVE is not None:
+    NATIVE.init_edges(grad_fn_of, accumulator)
+input_edges = NATIVE.input_edges if NATIVE is not None else _input_edges
 
 
 # ---- saved tensors ---------------------------------------------------------------------------
