@@ -12,6 +12,7 @@ import numpy as np
 
 from tensorplay import _device, _dispatch, _dlpack, _dtype as D, _factories, _indexing, overrides
 from tensorplay._device import CPU, META, canonical
+from tensorplay._device_checks import to_host
 from tensorplay._dispatch import OPS, check_writable, native_fast
 from tensorplay._meta import broadcast_shapes
 from tensorplay._optable import ROWS, MinMax
@@ -217,7 +218,7 @@ def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
     with np.errstate(all="ignore"):
         if t.device is not dev:
             if dev is CPU:
-                src = src.get()
+                src = to_host(src)
             else:
                 cp = _device.cupy_or_raise()
                 with cp.cuda.Device(dev.index):

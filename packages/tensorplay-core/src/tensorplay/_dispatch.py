@@ -314,13 +314,15 @@ def _promoted(row: OpDef, items: list, idx) -> D.dtype:
     return D.result_type_of(dims, zeros, scalars)
 
 
-def _as_array(xp, x, dt: D.dtype, dev, via: D.dtype | None = None):
+def _as_array(xp, x, dt: D.dtype, dev, via: D.dtype | None = None, by_value: bool = False):
     # ``via``: a float16/bfloat16 promoted dtype computed in float32; inputs round to it first
     # (a float16 0-d tensor or a Python float next to a bfloat16 tensor acts as bfloat16: torch)
+    # ``by_value``: a number for a CuPy ufunc stays a numpy scalar, which the kernel takes as
+    # an argument; a 0-d device array would be a host-to-device copy (a synchronisation)
     if isinstance(x, Tensor):
         a = x._data
         if x.device is not dev:  # a 0-d CPU tensor next to CUDA tensors
-            a = xp.asarray(a)
+            a = a[()] if by_value else xp.asarray(a)
         if via is not None and a.dtype != via.np:
             a = a.astype(via.np)
         return a if a.dtype == dt.np else a.astype(dt.np)
@@ -329,7 +331,9 @@ def _as_array(xp, x, dt: D.dtype, dev, via: D.dtype | None = None):
     a = D.scalar_array(x, via or dt)
     if via is not None:
         a = a.astype(dt.np)
-    return a if xp is np else xp.asarray(a)
+    if xp is np:
+        return a
+    return a[()] if by_value else xp.asarray(a)
 
 
 def _via(row: OpDef, i: int, x, via: D.dtype) -> D.dtype | None:
@@ -476,9 +480,10 @@ def execute(
         xp = _device.array_module(dev)
         cast = row.cast if row.cast is not None else range(len(targs))
         via = promoted if promoted in _HALF and cdt is not promoted else None
+        by_value = row.ufunc is not None and not row.device_kernels
         arrays = (
             [
-                _as_array(xp, x, cdt, dev, via and _via(row, i, x, via))
+                _as_array(xp, x, cdt, dev, via and _via(row, i, x, via), by_value)
                 if i in cast
                 else _raw(x, row, i)
                 for i, x in enumerate(targs)

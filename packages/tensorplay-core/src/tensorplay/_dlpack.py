@@ -40,6 +40,7 @@ import numpy as np
 
 from tensorplay import _device, _dtype as D
 from tensorplay._device import CPU
+from tensorplay._device_checks import to_host
 from tensorplay._factories import wrap_foreign
 from tensorplay._tensor import Tensor, adopt_array, contiguous_strides
 
@@ -276,7 +277,7 @@ def to_dlpack_capsule(t, *, stream=None, max_version=None, dl_device=None, copy=
             )
         if copy is False:
             raise BufferError("__dlpack__(): exporting to the CPU needs a copy, but copy=False")
-        host = adopt_array(arr.get(), t.dtype, CPU)
+        host = adopt_array(to_host(arr), t.dtype, CPU)
         storage, arr, dev, copied = host._storage, host._data, CPU, True
     elif copy:
         fresh = adopt_array(arr if dev is CPU else arr.copy(), t.dtype, dev)

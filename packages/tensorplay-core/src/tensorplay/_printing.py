@@ -14,6 +14,7 @@ import math
 import numpy as np
 
 from tensorplay import _dtype as D
+from tensorplay._device_checks import to_host
 
 PRECISION = 4
 THRESHOLD = 1000  # more elements than this are summarized with "..."
@@ -183,7 +184,7 @@ def tensor_repr(t) -> str:
     else:
         if t.dtype not in (default, default.to_complex(), D.int64, D.bool):
             suffixes.append(f"dtype={t.dtype}")
-        arr = t._data if t.device.type == "cpu" else t._data.get()
+        arr = t._data if t.device.type == "cpu" else to_host(t._data)
         body = _tensor_str(arr, t.dtype, indent)
     if t.grad_fn is not None:
         suffixes.append(f"grad_fn=<{t.grad_fn.name()}>")

@@ -16,6 +16,7 @@ import threading
 import numpy as np
 
 from tensorplay import _device
+from tensorplay._device_checks import to_host
 
 __all__ = ["Storage", "UntypedStorage", "CudaStorage", "cpu_empty", "cuda_empty", "ALIGNMENT"]
 
@@ -132,7 +133,7 @@ class Storage:
             return self
         if self._buf is None:
             raise RuntimeError("cannot copy a meta storage to the CPU: it holds no data")
-        host = self.bytes_view().get()
+        host = to_host(self.bytes_view())
         out = new_storage(self._nbytes, _device.CPU)
         out.bytes_view()[:] = host
         return out
@@ -146,7 +147,7 @@ class Storage:
             return self
         data = src.bytes_view()
         if src.device is not self.device:
-            data = data.get() if src.device.type == "cuda" else data
+            data = to_host(data) if src.device.type == "cuda" else data
         dst = self.bytes_view()
         if self.device.type == "cuda":
             dst.set(data) if src.device is _device.CPU else dst.__setitem__(slice(None), data)

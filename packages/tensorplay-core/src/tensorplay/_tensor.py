@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorplay import _device
 from tensorplay._device import CPU, META
+from tensorplay._device_checks import to_host
 from tensorplay._printing import tensor_repr
 from tensorplay._storage import CudaStorage, Storage, cpu_empty, cuda_empty, new_storage
 
@@ -186,7 +187,7 @@ class Tensor:
                     f"numpy(): can't convert {self.device} tensor to numpy; "
                     "use tensor.cpu() first (or numpy(force=True))"
                 )
-            return data.get()
+            return to_host(data)
         return data
 
     def __array__(self, dtype=None, copy=None):
@@ -402,4 +403,4 @@ def make_view(src: Tensor, shape, stride, offset) -> Tensor:
 
 
 def cpu_array_of(t: Tensor):
-    return t._data if t.device is CPU else t._check_data("cpu()").get()
+    return t._data if t.device is CPU else to_host(t._check_data("cpu()"))

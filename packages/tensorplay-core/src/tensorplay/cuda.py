@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tensorplay import _device
+from tensorplay._device_checks import raise_pending
 
 __all__ = [
     "is_available",
@@ -47,6 +48,7 @@ def synchronize(device=None) -> None:
         cp.cuda.Device().synchronize()
     else:
         cp.cuda.Device(_device.device(device).index or 0).synchronize()
+    raise_pending()  # an error a device-side check recorded (see _device_checks)
 
 
 class Stream:

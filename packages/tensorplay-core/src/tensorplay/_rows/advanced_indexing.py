@@ -13,6 +13,7 @@ from tensorplay import _meta as M
 from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import zeros
 from tensorplay._rows import row_maker
+from tensorplay._rows.indexing import add_at, on_host
 from tensorplay.autograd._derivatives import needs, zeros_like
 
 ROWS: list[OpDef] = []
@@ -23,13 +24,9 @@ op = row_maker(ROWS)
 # _indexing.py; these rows exist so that autograd records advanced indexing.
 
 
-def _host(i):
-    return i.get() if hasattr(i, "get") and not isinstance(i, np.ndarray) else i
-
-
 def _index_shape(input, *, indices):
     probe = np.broadcast_to(np.empty((), np.int8), tuple(input.shape))
-    return probe[tuple(_host(i) for i in indices)].shape
+    return probe[tuple(on_host(i) for i in indices)].shape
 
 
 def _index_put(xp, a, v, *, indices, accumulate=False):
@@ -37,13 +34,8 @@ def _index_put(xp, a, v, *, indices, accumulate=False):
     if not accumulate:
         out[indices] = v
         return out
-    if xp is np:
-        np.add.at(out, indices, v)
-        return out
-    # CuPy's add.at covers a few dtypes only: accumulate on the host (as scatter does)
-    host = out.get()
-    np.add.at(host, tuple(_host(i) for i in indices), _host(v))
-    return xp.asarray(host)
+    add_at(xp, out, indices, v)
+    return out
 
 
 def _index_put_shape(input, values, *, indices, accumulate=False):

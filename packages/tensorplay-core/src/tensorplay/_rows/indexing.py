@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorplay import _dtype as D, _meta as M
+from tensorplay._device_checks import checked_index, to_host
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import zeros
 from tensorplay._rows import row_maker
@@ -32,7 +33,12 @@ def _as_1d(shape) -> tuple:
 
 
 def _bounds(xp, idx, n, name, d):
+    """``idx``, checked against ``[0, n)``: on the host here; on a GPU by a kernel that
+    reports a bad index at the next synchronisation (``_device_checks``) and returns the
+    index with bad entries made 0, so the op never reads out of bounds meanwhile."""
     # NOTE: no wrapping of negative indices: torch's gather/scatter/index_select refuse them
+    if xp is not np:
+        return checked_index(idx, n, name, d)
     bad = (idx < 0) | (idx >= n)
     if bool(bad.any()):
         first = int(idx[bad].reshape(-1)[0])
@@ -40,6 +46,31 @@ def _bounds(xp, idx, n, name, d):
             f"{name}(): index {first} is out of bounds for dimension {d} with size {n}"
             + (" (negative indices are not wrapped here)" if first < 0 and -n <= first else "")
         )
+    return idx
+
+
+def on_host(x):
+    """A CuPy array's values on the host (a synchronisation); anything else as it is."""
+    return to_host(x) if hasattr(x, "get") and not isinstance(x, np.ndarray) else x
+
+
+# dtypes whose CuPy add.at accumulates on the device with atomics (cupyx.scatter_add):
+# int32, uint32, int64, uint64, float16, float32, float64
+_DEVICE_ADD_AT = frozenset("iIlLqQefd")
+
+
+def add_at(xp, target, where, vals) -> None:
+    """``target[where] += vals`` with repeated positions accumulating (``np.add.at``): on a
+    GPU with atomics where CuPy has them; other dtypes (bool, 8/16-bit integers, complex)
+    accumulate on the host, a synchronisation."""
+    if xp is np:
+        np.add.at(target, where, vals)
+    elif target.dtype.char in _DEVICE_ADD_AT:
+        xp.add.at(target, where, vals)
+    else:
+        host = to_host(target)
+        np.add.at(host, tuple(on_host(w) for w in where), on_host(vals))
+        target[...] = xp.asarray(host)
 
 
 def _index_rank(name, index, input, what):
@@ -71,7 +102,7 @@ def _gather(xp, a, dim, idx):
     if idx.size == 0:
         return xp.empty(idx.shape, a.dtype)
     a1, i1 = a.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
-    _bounds(xp, i1, a1.shape[d], "gather", d)
+    i1 = _bounds(xp, i1, a1.shape[d], "gather", d)
     src = a1[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(i1.shape))]
     return xp.take_along_axis(src, i1, axis=d).reshape(idx.shape)
 
@@ -134,7 +165,7 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
         return out
     # a 0-d input, index or src is 1-d of size 1 (torch); ``flat`` is a view of ``out``
     flat, idx = out.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
-    _bounds(xp, idx, flat.shape[d], "scatter", d)
+    idx = _bounds(xp, idx, flat.shape[d], "scatter", d)
     # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
     grid = [
         xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, n in enumerate(idx.shape)
@@ -144,14 +175,18 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     if reduce is None:
         flat[tuple(grid)] = vals
         return out
-    accumulate = np.add.at if reduce == "add" else np.multiply.at
-    if xp is np:
-        accumulate(flat, tuple(grid), vals)
+    if reduce == "add":
+        add_at(xp, flat, tuple(grid), vals)
         return out
-    # CuPy's ufunc.at knows add on a few dtypes only and no multiply: accumulate on the host
-    host = flat.get()
-    accumulate(host, tuple(g.get() for g in grid), vals.get() if hasattr(vals, "get") else vals)
-    return xp.asarray(host).reshape(a.shape)
+    if xp is np:
+        np.multiply.at(flat, tuple(grid), vals)
+        return out
+    # CuPy has no multiply.at: accumulate on the host (a synchronisation; torch deprecates
+    # reduce="multiply" for scatter_reduce)
+    host = to_host(flat)
+    np.multiply.at(host, tuple(on_host(g) for g in grid), on_host(vals))
+    flat[...] = xp.asarray(host)
+    return out
 
 
 def _scatter_reduce_check(ctx):
@@ -226,7 +261,7 @@ def _index_select_shape(input, dim, index):
 
 def _index_select(xp, a, dim, idx):
     d = M.wrap_dim(dim, a.ndim, "index_select")
-    _bounds(xp, idx, a.shape[d] if a.ndim else 1, "index_select", d)
+    idx = _bounds(xp, idx, a.shape[d] if a.ndim else 1, "index_select", d)
     if a.ndim == 0:
         return a.copy()
     return xp.take(a, idx.reshape(-1), axis=d)
