@@ -305,6 +305,47 @@ def test_native_input_edges_matches_its_twin():
 
 
 @needs_native
+def test_native_backward_pass_matches_its_twin():
+    """The native topological order and loop give the twins' order and gradients, with
+    hooks (run by engine._step) and without; misuse is an error, not a crash."""
+    from tensorplay.autograd import engine, graph
+
+    C = _native.NATIVE
+    x = tp.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    a = x * 2
+    b = a.exp()  # a diamond: a feeds b and c, both feed the sum
+    c = a * a
+    out = (b + c).sum()
+    roots = [out.grad_fn]
+    order = C.topological_order(roots)
+    assert order == engine._topological_order(roots)
+    assert order[0] is out.grad_fn and order[-1] is graph.accumulator(x)
+    assert order.index(a.grad_fn) > max(order.index(b.grad_fn), order.index(c.grad_fn))
+    seen = []
+    c.register_hook(lambda g: seen.append(g.tolist()))
+    out.backward(retain_graph=True)
+    native = x.grad.tolist()
+    x.grad = None
+    buffers = {out.grad_fn: [tp.ones(())]}
+    engine._loop(engine._topological_order(roots), buffers, True, None, {}, [])
+    assert x.grad.tolist() == native
+    expected = [2 * np.exp(2 * v) + 8 * v for v in (1.0, 2.0, 3.0)]
+    np.testing.assert_allclose(native, expected, rtol=1e-6)
+    assert seen == [[1.0, 1.0, 1.0]] * 2  # the hook ran once per pass, natively and not
+    with pytest.raises(ValueError, match="already called"):
+        C.init_engine(graph.AccumulateGrad, print, print)
+    with pytest.raises(TypeError, match="a list and a dict"):
+        C.backward_loop((), {}, False, True)
+
+    class Bad(graph.Node):
+        def __init__(self):
+            super().__init__(next_functions=(1, 2))
+
+    with pytest.raises(TypeError, match=r"\(node, output_nr\) tuples"):
+        C.topological_order([Bad()])
+
+
+@needs_native
 def test_fast_op_fallback_gets_every_other_call():
     calls = []
 

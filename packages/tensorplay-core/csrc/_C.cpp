@@ -13,6 +13,7 @@
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
+//   topological_order, backward_loop  the backward pass's bookkeeping (engine.py).
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -27,9 +28,12 @@
 #include <numpy/arrayobject.h>
 #include <structmember.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <unordered_set>
+#include <vector>
 
 #include "dlpack_abi.h"
 
@@ -584,6 +588,213 @@ py::tuple input_edges(py::handle items) {
     return py::make_tuple(edges, meta);
 }
 
+// ---- the backward pass (twins: tensorplay.autograd.engine) ------------------------------
+//
+// topological_order: the nodes reachable from the roots, each before the nodes it feeds
+// from (twin: engine._topological_order). backward_loop: engine._loop without
+// autograd.grad's capture. A node's apply, a leaf's accumulation and a node with hooks
+// (engine._step) stay Python calls; the loop, its bookkeeping and the routing of gradients
+// into the buffers of the next nodes are here.
+
+struct EngineHooks {
+    PyObject *accumulate_type = nullptr, *accumulate = nullptr, *step = nullptr;
+    PyObject *next_functions = nullptr, *n_outputs = nullptr, *apply = nullptr,
+             *release = nullptr;
+    PyObject *hook_names[4] = {nullptr, nullptr, nullptr, nullptr};
+};
+EngineHooks G;
+
+void init_engine(py::object accumulate_type, py::object accumulate, py::object step) {
+    if (!PyType_Check(accumulate_type.ptr()) || !PyCallable_Check(accumulate.ptr()) ||
+        !PyCallable_Check(step.ptr()))
+        throw py::type_error(
+            "tensorplay._C.init_engine(accumulate_type, accumulate, step): a class and two "
+            "callables");
+    if (G.step) throw py::value_error("tensorplay._C.init_engine() was already called");
+    G.next_functions = PyUnicode_InternFromString("next_functions");
+    G.n_outputs = PyUnicode_InternFromString("n_outputs");
+    G.apply = PyUnicode_InternFromString("apply");
+    G.release = PyUnicode_InternFromString("release");
+    const char *hooks[4] = {"_tensor_hooks", "_retained", "_prehooks", "_hooks"};
+    for (int i = 0; i < 4; ++i) G.hook_names[i] = PyUnicode_InternFromString(hooks[i]);
+    G.accumulate_type = accumulate_type.release().ptr();  // kept for the life of the process
+    G.accumulate = accumulate.release().ptr();
+    G.step = step.release().ptr();
+}
+
+void need_engine() {
+    if (!G.step) throw py::value_error("tensorplay._C: init_engine() comes first");
+}
+
+// A node's edges as a new reference to a tuple or list (PySequence_Fast); NULL on error.
+PyObject *edges_of(PyObject *node) {
+    PyObject *nf = PyObject_GetAttr(node, G.next_functions);
+    if (!nf) return nullptr;
+    PyObject *seq = PySequence_Fast(nf, "next_functions must be a sequence of (node, nr) pairs");
+    Py_DECREF(nf);
+    return seq;
+}
+
+// The child node of an edge (borrowed) and its output number; false with an exception set.
+bool unpack_edge(PyObject *edge, PyObject **child, Py_ssize_t *nr) {
+    if (!PyTuple_Check(edge) || PyTuple_GET_SIZE(edge) != 2) {
+        PyErr_SetString(PyExc_TypeError, "next_functions must hold (node, output_nr) tuples");
+        return false;
+    }
+    *child = PyTuple_GET_ITEM(edge, 0);
+    *nr = *child == Py_None ? 0 : PyLong_AsSsize_t(PyTuple_GET_ITEM(edge, 1));
+    return !(*nr == -1 && PyErr_Occurred());
+}
+
+py::list topological_order(py::handle roots) {
+    need_engine();
+    py::object seq = py::reinterpret_steal<py::object>(
+        PySequence_Fast(roots.ptr(), "topological_order(roots): a list of nodes"));
+    if (!seq) throw py::error_already_set();
+    struct Frame {
+        PyObject *node;   // borrowed (the graph keeps it alive)
+        PyObject *edges;  // owned
+        Py_ssize_t next;
+    };
+    std::unordered_set<PyObject *> seen;
+    std::vector<PyObject *> post;
+    std::vector<Frame> stack;
+    auto fail = [&]() {
+        for (auto &f : stack) Py_DECREF(f.edges);
+        throw py::error_already_set();
+    };
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.ptr());
+    for (Py_ssize_t r = 0; r < n; ++r) {
+        PyObject *root = PySequence_Fast_GET_ITEM(seq.ptr(), r);
+        if (root == Py_None || !seen.insert(root).second) continue;
+        PyObject *edges = edges_of(root);
+        if (!edges) fail();
+        stack.push_back({root, edges, 0});
+        while (!stack.empty()) {  // iterative DFS: graphs can be deeper than C's stack
+            Frame &top = stack.back();
+            if (top.next < PySequence_Fast_GET_SIZE(top.edges)) {
+                PyObject *edge = PySequence_Fast_GET_ITEM(top.edges, top.next++);
+                PyObject *child;
+                Py_ssize_t nr;
+                if (!unpack_edge(edge, &child, &nr)) fail();
+                if (child == Py_None || !seen.insert(child).second) continue;
+                PyObject *child_edges = edges_of(child);
+                if (!child_edges) fail();
+                stack.push_back({child, child_edges, 0});  // (top is invalid from here)
+            } else {
+                post.push_back(top.node);
+                Py_DECREF(top.edges);
+                stack.pop_back();
+            }
+        }
+    }
+    py::list order(post.size());
+    for (size_t i = 0; i < post.size(); ++i)
+        PyList_SET_ITEM(order.ptr(), i, Py_NewRef(post[post.size() - 1 - i]));
+    return order;
+}
+
+// Does the node have a hook of any kind (its class defaults are empty)? -1 on error.
+int has_hooks(PyObject *node) {
+    for (PyObject *name : G.hook_names) {
+        PyObject *v = PyObject_GetAttr(node, name);
+        if (!v) return -1;
+        int t = PyObject_IsTrue(v);
+        Py_DECREF(v);
+        if (t) return t;
+    }
+    return 0;
+}
+
+// buffers[child][nr] += g (engine._add: None is nothing). false with an exception set.
+bool route(PyObject *buffers, PyObject *child, Py_ssize_t nr, PyObject *g) {
+    PyObject *buf = PyDict_GetItemWithError(buffers, child);  // borrowed
+    if (!buf) {
+        if (PyErr_Occurred()) return false;
+        PyObject *count = PyObject_GetAttr(child, G.n_outputs);
+        if (!count) return false;
+        Py_ssize_t n = PyLong_AsSsize_t(count);
+        Py_DECREF(count);
+        if (n == -1 && PyErr_Occurred()) return false;
+        buf = PyList_New(n);
+        if (!buf) return false;
+        for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(buf, i, Py_NewRef(Py_None));
+        int err = PyDict_SetItem(buffers, child, buf);
+        Py_DECREF(buf);  // the dict holds it
+        if (err) return false;
+    }
+    if (!PyList_Check(buf) || nr < 0 || nr >= PyList_GET_SIZE(buf)) {
+        PyErr_Format(PyExc_IndexError, "gradient for output %zd of a node with %zd outputs", nr,
+                     PyList_Check(buf) ? PyList_GET_SIZE(buf) : (Py_ssize_t)-1);
+        return false;
+    }
+    PyObject *old = PyList_GET_ITEM(buf, nr);
+    PyObject *sum = old == Py_None ? Py_NewRef(g) : PyNumber_Add(old, g);
+    if (!sum) return false;
+    PyList_SetItem(buf, nr, sum);  // steals sum, drops old
+    return true;
+}
+
+void backward_loop(py::handle order, py::handle buffers, bool retain_graph, bool direct) {
+    need_engine();
+    if (!PyList_Check(order.ptr()) || !PyDict_Check(buffers.ptr()))
+        throw py::type_error("backward_loop(order, buffers, ...): a list and a dict");
+    PyObject *bufs = buffers.ptr();
+    py::list nodes = py::reinterpret_borrow<py::list>(order);  // keeps every node alive
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(nodes.ptr()); ++k) {
+        PyObject *node = PyList_GET_ITEM(nodes.ptr(), k);
+        PyObject *found = PyDict_GetItemWithError(bufs, node);
+        if (!found) {
+            if (PyErr_Occurred()) throw py::error_already_set();
+            continue;
+        }
+        py::object grads = py::reinterpret_borrow<py::object>(found);
+        if (PyDict_DelItem(bufs, node)) throw py::error_already_set();
+        if (!PyList_Check(grads.ptr())) throw py::type_error("gradient buffers must be lists");
+        bool any = false;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(grads.ptr()) && !any; ++i)
+            any = PyList_GET_ITEM(grads.ptr(), i) != Py_None;
+        if (!any) continue;  // no gradient reached this node
+        if (Py_TYPE(node) == reinterpret_cast<PyTypeObject *>(G.accumulate_type)) {
+            PyObject *r = PyObject_CallFunctionObjArgs(G.accumulate, node, grads.ptr(), nullptr);
+            if (!r) throw py::error_already_set();
+            Py_DECREF(r);
+            continue;
+        }
+        int hooked = direct ? has_hooks(node) : 1;
+        if (hooked < 0) throw py::error_already_set();
+        py::object grad_inputs;
+        if (hooked) {
+            grad_inputs = py::reinterpret_steal<py::object>(PyObject_CallFunctionObjArgs(
+                G.step, node, grads.ptr(), retain_graph ? Py_True : Py_False, nullptr));
+        } else {
+            grad_inputs = py::reinterpret_steal<py::object>(
+                PyObject_CallMethodOneArg(node, G.apply, grads.ptr()));
+            if (grad_inputs && !retain_graph) {
+                PyObject *r = PyObject_CallMethodNoArgs(node, G.release);
+                if (!r) throw py::error_already_set();
+                Py_DECREF(r);
+            }
+        }
+        if (!grad_inputs) throw py::error_already_set();
+        py::object edges = py::reinterpret_steal<py::object>(edges_of(node));
+        if (!edges) throw py::error_already_set();
+        py::object gi = py::reinterpret_steal<py::object>(
+            PySequence_Fast(grad_inputs.ptr(), "a node's apply must return a sequence"));
+        if (!gi) throw py::error_already_set();
+        Py_ssize_t n = std::min(PySequence_Fast_GET_SIZE(edges.ptr()),
+                                PySequence_Fast_GET_SIZE(gi.ptr()));
+        for (Py_ssize_t i = 0; i < n; ++i) {
+            PyObject *child, *g = PySequence_Fast_GET_ITEM(gi.ptr(), i);
+            Py_ssize_t nr;
+            if (!unpack_edge(PySequence_Fast_GET_ITEM(edges.ptr(), i), &child, &nr))
+                throw py::error_already_set();
+            if (child == Py_None || g == Py_None) continue;
+            if (!route(bufs, child, nr, g)) throw py::error_already_set();
+        }
+    }
+}
+
 // ---- the DLPack C exchange table ------------------------------------------------------
 //
 // tvm-ffi reads `Tensor.__dlpack_c_exchange_api__` (a capsule holding this table) and then
@@ -777,6 +988,14 @@ PYBIND11_MODULE(_C, m) {
           "Some Tensor in the sequence requires grad");
     m.def("init_edges", &init_edges, py::arg("grad_fn_of"), py::arg("accumulator"),
           "Learn autograd.graph's grad_fn_of and accumulator (called once by autograd.graph)");
+    m.def("init_engine", &init_engine, py::arg("accumulate_type"), py::arg("accumulate"),
+          py::arg("step"), "Learn autograd.engine's AccumulateGrad, _accumulate and _step");
+    m.def("topological_order", &topological_order, py::arg("roots"),
+          "Nodes reachable from roots, each before the nodes it feeds from (twin: "
+          "autograd.engine._topological_order)");
+    m.def("backward_loop", &backward_loop, py::arg("order"), py::arg("buffers"),
+          py::arg("retain_graph"), py::arg("direct"),
+          "autograd.engine._loop without capture (direct: no profiler span per node)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
 }

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from tensorplay import profiler
 from tensorplay._factories import full_like, zeros_like
+from tensorplay._native import NATIVE
 from tensorplay._tensor import Tensor, empty_tensor
 from tensorplay.autograd import grad_mode
 from tensorplay.autograd.graph import AccumulateGrad, edge_of
 
 
-def topological_order(roots: list) -> list:
+def _topological_order(roots: list) -> list:
     """Nodes reachable from ``roots``, every node before all the nodes it points to."""
     seen, post = set(), []
     for root in roots:
@@ -118,14 +119,27 @@ def run(
     state = grad_mode.state
     prev, state.enabled = state.enabled, create_graph  # set_grad_enabled, without its object
     try:
-        _loop(order, buffers, retain_graph, capture, targets, captured)
+        if capture is None and NATIVE is not None:
+            # (a recording profiler wants a span per node: each then goes through _step)
+            NATIVE.backward_loop(order, buffers, retain_graph, profiler._active is None)
+        else:
+            _loop(order, buffers, retain_graph, capture, targets, captured)
     finally:
         state.enabled = prev
     return captured if capture is not None else None
 
 
 def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
-    """Apply each node in ``order`` and route what it returns into ``buffers`` (see run)."""
+    """Apply each node in ``order`` and route what it returns into ``buffers`` (see run).
+    (``tensorplay._C.backward_loop`` is the native twin of the loop without ``capture``.)"""
+    seen = None
+    if capture is not None:
+
+        def seen(node, grads):  # autograd.grad: gradients arriving at a captured edge
+            for nr, g in enumerate(grads):
+                for i in targets.get((node, nr), ()):
+                    captured[i] = _add(captured[i], g)
+
     for node in order:
         grads = buffers.pop(node, None)
         if grads is None:
@@ -140,34 +154,45 @@ def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
                 for i in targets.get((node, 0), ()):
                     captured[i] = _add(captured[i], _leaf_hooks(node, grads[0]))
                 continue
-            node.apply([_leaf_hooks(node, grads[0])])
+            _accumulate(node, grads)
             continue
-        if node._tensor_hooks or node._retained:
-            grads = [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
-        if capture is not None:
-            for nr, g in enumerate(grads):
-                for i in targets.get((node, nr), ()):
-                    captured[i] = _add(captured[i], g)
-        for hook in node._prehooks:
-            new = hook(tuple(grads))
-            if new is not None:
-                grads = list(new)
-        if profiler._active is None:
-            grad_inputs = node.apply(grads)
-        else:  # one span per node, named as torch's profiler names them
-            span = f"autograd::engine::evaluate_function: {node.name()}"
-            with profiler.record_function(span, "cpu_op"):
-                grad_inputs = node.apply(grads)
-        for hook in node._hooks:
-            new = hook(tuple(grad_inputs), tuple(grads))
-            if new is not None:
-                grad_inputs = tuple(new)
-        if not retain_graph:
-            node.release()
+        grad_inputs = _step(node, grads, retain_graph, seen)
         for (child, nr), g in zip(node.next_functions, grad_inputs):
             if child is not None and g is not None:
                 buf = buffers.setdefault(child, [None] * child.n_outputs)
                 buf[nr] = _add(buf[nr], g)
+
+
+def _accumulate(node, grads) -> None:
+    """A leaf's AccumulateGrad, after the leaf's hooks."""
+    node.apply([_leaf_hooks(node, grads[0])])
+
+
+def _step(node, grads, retain_graph: bool, seen=None) -> tuple:
+    """One node of the loop: its output gradients through tensor hooks (then shown to
+    ``seen(node, grads)``, autograd.grad's capture) and pre-hooks, ``apply`` (a profiler
+    span when one records), its hooks; the node's saved state is freed unless retained."""
+    if node._tensor_hooks or node._retained:
+        grads = [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
+    if seen is not None:
+        seen(node, grads)
+    for hook in node._prehooks:
+        new = hook(tuple(grads))
+        if new is not None:
+            grads = list(new)
+    if profiler._active is None:
+        grad_inputs = node.apply(grads)
+    else:  # one span per node, named as torch's profiler names them
+        span = f"autograd::engine::evaluate_function: {node.name()}"
+        with profiler.record_function(span, "cpu_op"):
+            grad_inputs = node.apply(grads)
+    for hook in node._hooks:
+        new = hook(tuple(grad_inputs), tuple(grads))
+        if new is not None:
+            grad_inputs = tuple(new)
+    if not retain_graph:
+        node.release()
+    return grad_inputs
 
 
 def _as_list(x) -> list:
@@ -289,3 +314,8 @@ def grad(
             g = g.detach()
         result.append(g)
     return tuple(result)
+
+
+if NATIVE is not None:
+    NATIVE.init_engine(AccumulateGrad, _accumulate, _step)
+topological_order = NATIVE.topological_order if NATIVE is not None else _topological_order
