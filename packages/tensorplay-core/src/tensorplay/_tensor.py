@@ -33,11 +33,15 @@ def strides_of(t) -> tuple:
 
 
 def contiguous_strides(shape) -> tuple:
-    strides, acc = [], 1
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
+    if len(shape) < 2:  # the common short cases, without the loop
+        return (1,) if shape else ()
+    strides, acc = [1] * len(shape), 1
+    for i in range(len(shape) - 1, -1, -1):
+        strides[i] = acc
+        n = shape[i]
+        if n > 1:
+            acc *= n
+    return tuple(strides)
 
 
 class Tensor:
@@ -316,7 +320,7 @@ def _check_bounds(shape, stride, offset, nbytes, dt, op):
 def _view_array(storage: Storage, dt, shape, stride, offset):
     """The numpy/CuPy array of a strided view into ``storage`` (None on meta)."""
     isz = dt.itemsize
-    bstrides = tuple(s * isz for s in stride)
+    bstrides = tuple([s * isz for s in stride])
     start = storage._start + offset * isz
     if storage.device is CPU:
         buf = storage._buf
@@ -395,7 +399,10 @@ def adopt_array(arr, dt, dev) -> Tensor:
 
 def make_view(src: Tensor, shape, stride, offset) -> Tensor:
     """A tensor viewing ``src``'s storage; shares its version counter."""
-    shape, stride = tuple(shape), tuple(stride)
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    if type(stride) is not tuple:
+        stride = tuple(stride)
     data = _view_array(src._storage, src.dtype, shape, stride, offset)
     t = _new(Tensor, data, src._storage, offset, shape, stride, src.dtype, src.device)
     t._base = src if src._base is None else src._base

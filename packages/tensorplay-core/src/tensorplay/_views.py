@@ -20,6 +20,11 @@ def _geo(t):
 def _sizes(op, shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
+    for n in shape:  # the common call: plain ints
+        if type(n) is not int:
+            break
+    else:
+        return tuple(shape)
     out = []
     for n in shape:
         if hasattr(n, "__index__") and not isinstance(n, bool):
@@ -31,6 +36,8 @@ def _sizes(op, shape):
 
 def infer_size(op: str, shape, numel: int) -> tuple:
     """Resolve a single ``-1`` in ``shape`` against ``numel``."""
+    if -1 not in shape and math.prod(shape) == numel and all(n >= 0 for n in shape):
+        return tuple(shape)  # nothing to infer or to refuse
     shape = list(shape)
     neg = [i for i, n in enumerate(shape) if n == -1]
     if len(neg) > 1:
@@ -75,7 +82,9 @@ def view_strides(old_shape, old_stride, new_shape):
 
 
 def view(t, shape):
-    shape = infer_size("view", _sizes("view", shape), t.numel())
+    shape = infer_size("view", _sizes("view", shape), math.prod(t._shape))
+    if t._stride is None:  # C-contiguous: so is every view of it
+        return shape, contiguous_strides(shape), t._offset
     st = view_strides(t._shape, strides_of(t), shape)
     if st is None:
         raise RuntimeError(
@@ -228,7 +237,9 @@ def as_strided(t, size, stride, storage_offset=None):
 
 def reshape(t, shape):
     """Like ``view``; None when the strides force a copy (the dispatcher then copies)."""
-    shape = infer_size("reshape", _sizes("reshape", shape), t.numel())
+    shape = infer_size("reshape", _sizes("reshape", shape), math.prod(t._shape))
+    if t._stride is None:  # C-contiguous: so is every reshape of it
+        return shape, contiguous_strides(shape), t._offset
     st = view_strides(t._shape, strides_of(t), shape)
     return None if st is None else (shape, st, t._offset)
 

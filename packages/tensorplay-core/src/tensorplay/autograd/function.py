@@ -216,11 +216,10 @@ class Function:
     @classmethod
     def apply(cls, *args, **kwargs):
         ctx = FunctionCtx()
-        tensors = [a for a in args if isinstance(a, Tensor)]
-        recording = grad_mode.state.enabled
-        ctx.needs_input_grad = tuple(
-            isinstance(a, Tensor) and a.requires_grad and recording for a in args
-        )
+        if grad_mode.state.enabled:
+            ctx.needs_input_grad = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
+        else:
+            ctx.needs_input_grad = (False,) * len(args)
         separate = cls.setup_context is not Function.setup_context
         state = grad_mode.state  # no_grad(), without building its context object
         prev, state.enabled = state.enabled, False
@@ -239,7 +238,7 @@ class Function:
         elif ctx._to_save:
             ctx._saved = [None if t is None else SavedTensor(t) for t in ctx._to_save]
             ctx._to_save = ()
-        if forward_ad.needs_forward(tensors):
+        if forward_ad.needs_forward(args):
             _forward_mode(cls, ctx, args, outputs)
         return outputs[0] if single else tuple(outputs)
 
