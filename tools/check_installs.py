@@ -46,6 +46,7 @@ OURS = (
     "tensorplay-compile",
     "tensorplay-kernels",
     "tensorplay-cppjit",
+    "tensorplay-nn",
     "tensorplay",
 )
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6"]
@@ -95,6 +96,7 @@ CASES: tuple[Case | ResolveCase, ...] = (
     Case("tensorplay-kernels", tests=("tests/kernels",)),
     Case("tensorplay-kernels[triton]", tests=("tests/kernels",)),
     Case("tensorplay-cppjit", tests=("tests/cppjit",)),
+    Case("tensorplay-nn", tests=("tests/nn",)),
     Case(
         "tensorplay",
         tests=("tests/integration/test_docs.py",),
@@ -142,7 +144,7 @@ def _run(cmd: list[str], log: list[str], cwd: Path = REPO) -> subprocess.Complet
 
 
 def build_wheels(out: Path, python: str) -> None:
-    """Our six wheels: five pure Python, core for this interpreter and platform (pure only
+    """Our seven wheels: six pure Python, core for this interpreter and platform (pure only
     when no compiler could build tensorplay._C, which TENSORPLAY_REQUIRE_NATIVE=1 forbids)."""
     cmd = [python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out)]
     subprocess.run(cmd + [str(REPO / "packages" / d) for d in OURS], check=True, env=_env())
@@ -163,7 +165,7 @@ def build_wheels(out: Path, python: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Wheelhouse:
-    """A folder with our six wheels, and what their metadata says (read once): the version
+    """A folder with our seven wheels, and what their metadata says (read once): the version
     (core's) and each distribution's Requires-Dist."""
 
     path: Path
@@ -343,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"built our wheels in {time.perf_counter() - t0:.0f} s:", flush=True)
             for wheel in sorted(folder.glob("*.whl")):
                 print(f"  {wheel.name}")
-        wheels = Wheelhouse.read(folder)  # all six are there
+        wheels = Wheelhouse.read(folder)  # all seven are there
 
         def one(case: Case | ResolveCase) -> Outcome:
             if isinstance(case, ResolveCase):

@@ -17,7 +17,7 @@ The contracts (issue 15, "explicit seams"):
    core): core modules import the module that defines a name (``tensorplay._factories``,
    ``tensorplay.overrides``), never ``import tensorplay``. ``FACE_USERS`` lists the exceptions.
 
-All six distributions share the package ``tensorplay``, spread over several source folders,
+All seven distributions share the package ``tensorplay``, spread over several source folders,
 which import-linter's graph builder cannot follow; so this tool copies the sources into one
 tree in a temporary folder, derives the module lists of the contracts from that tree (a new
 module is covered without editing a list), writes the contracts as an import-linter
@@ -45,6 +45,7 @@ SIBLINGS = {  # distribution folder -> the package(s) it adds under tensorplay
     "tensorplay-compile": ["tensorplay.graph", "tensorplay.compiler"],
     "tensorplay-kernels": ["tensorplay.kernels"],
     "tensorplay-cppjit": ["tensorplay.utils.cpp_jit"],
+    "tensorplay-nn": ["tensorplay.nn", "tensorplay.optim", "tensorplay.utils.data"],
 }
 # Core modules that may import the package face (contract 4), and why.
 FACE_USERS = {

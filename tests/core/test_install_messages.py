@@ -28,7 +28,7 @@ from tensorplay.utils import _install
 ROOT = Path(__file__).resolve().parents[2]
 CORE_UTILS = ROOT / "packages" / "tensorplay-core" / "src" / "tensorplay" / "utils"
 FOREIGN_SUMMARY = "A learner-first, DIY-ready framework for tensors"
-META_SUMMARY = "TensorPlay: all components (core, library, compile, kernels, cppjit)."
+META_SUMMARY = "TensorPlay: all components (core, library, compile, kernels, cppjit, nn)."
 
 
 def fake_dist(site: Path, name: str, version: str, summary: str, files=()) -> Path:

@@ -33,6 +33,7 @@ COMPONENTS = [
     "tensorplay-compile",
     "tensorplay-kernels",
     "tensorplay-cppjit",
+    "tensorplay-nn",
 ]
 
 

@@ -49,6 +49,7 @@ COMPONENTS = {
     "compile": "tensorplay-compile",
     "kernels": "tensorplay-kernels",
     "cppjit": "tensorplay-cppjit",
+    "nn": "tensorplay-nn",
 }
 NOT_COMPONENTS = {"integration"}  # everything installed: no restriction
 CORE = "tensorplay-core"

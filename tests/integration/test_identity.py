@@ -20,6 +20,7 @@ OURS = {
     "tensorplay-compile",
     "tensorplay-kernels",
     "tensorplay-cppjit",
+    "tensorplay-nn",
 }
 
 

@@ -122,6 +122,8 @@ _LAZY = {
     "compiler": "tensorplay-compile",
     "graph": "tensorplay-compile",
     "kernels": "tensorplay-kernels",
+    "nn": "tensorplay-nn",
+    "optim": "tensorplay-nn",
 }
 
 

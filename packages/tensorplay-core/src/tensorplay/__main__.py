@@ -43,6 +43,7 @@ COMPONENTS = [
     ("tensorplay-compile", "tensorplay.compiler"),
     ("tensorplay-kernels", "tensorplay.kernels"),
     ("tensorplay-cppjit", "tensorplay.utils.cpp_jit"),
+    ("tensorplay-nn", "tensorplay.nn"),
 ]
 
 # (label, module, distributions that may provide it)

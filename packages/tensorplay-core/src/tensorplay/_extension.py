@@ -19,7 +19,7 @@ from __future__ import annotations
 from tensorplay import _ops
 from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kernel, state
 from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
-from tensorplay._tensor import data_ptr_of
+from tensorplay._tensor import alias_of, data_ptr_of
 from tensorplay._tensor_op import NO_TENSOR, TensorOp
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "DLPACK_DTYPES",
     "DLTensor",
     "data_ptr_of",
+    "alias_of",
 ]
 
 # ---- the dispatcher ------------------------------------------------------------------------
@@ -56,3 +57,6 @@ register_op_name = _ops.add
 # ---- tensors ---------------------------------------------------------------------------------
 # data_ptr_of(t): the address of t's first element (Tensor.data_ptr without the override
 # check).
+# alias_of(t): a new Tensor object over t's memory and geometry, without autograd history and
+# not a view of t (tensorplay-nn's Parameter: an optimizer's in-place update of a parameter
+# then takes the same fast path as any tensor that owns its memory).

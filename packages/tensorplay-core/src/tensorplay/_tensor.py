@@ -369,6 +369,13 @@ _object_new = object.__new__
 data_ptr_of = Tensor.data_ptr
 
 
+def alias_of(t: Tensor) -> Tensor:
+    """A new tensor object over ``t``'s memory and geometry (same storage, so the same
+    version counter), with no autograd history and no ``_base``: unlike ``detach()`` it is
+    not a view of ``t`` (tensorplay-nn's Parameter is one)."""
+    return _new(Tensor, t._data, t._storage, t._offset, t._shape, t._stride, t.dtype, t.device)
+
+
 def empty_tensor(shape: tuple, dt, dev) -> Tensor:
     """An uninitialised C-contiguous tensor (aligned storage on CPU)."""
     shape = tuple(shape)

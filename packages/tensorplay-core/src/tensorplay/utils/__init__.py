@@ -1,4 +1,4 @@
-"""Utilities; other distributions (tensorplay-cppjit) add submodules here."""
+"""Utilities; other distributions (tensorplay-cppjit, tensorplay-nn) add submodules here."""
 
 import importlib
 from pkgutil import extend_path
@@ -6,7 +6,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 # submodule -> the distribution that provides it (not tensorplay-core)
-_COMPONENTS = {"cpp_jit": "tensorplay-cppjit"}
+_COMPONENTS = {"cpp_jit": "tensorplay-cppjit", "data": "tensorplay-nn"}
 
 
 def __getattr__(name: str):

@@ -27,6 +27,7 @@ OURS = (
     "tensorplay-compile",
     "tensorplay-kernels",
     "tensorplay-cppjit",
+    "tensorplay-nn",
 )
 # the start of our meta-package's Summary (packages/tensorplay/pyproject.toml, description)
 META_SUMMARY = "TensorPlay: all components"

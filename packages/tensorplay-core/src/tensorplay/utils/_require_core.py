@@ -1,7 +1,8 @@
 """Imported first by each component (tensorplay.library, .graph, .compiler, .kernels,
-.utils.cpp_jit). It raises ImportError, naming the problem and the fix, when the imported
-``tensorplay`` is not TensorPlay's core but PyPI's unrelated package of the same name. That
-beats an obscure AttributeError later. The check reads two ``sys.modules`` entries."""
+.utils.cpp_jit, .nn, .optim, .utils.data). It raises ImportError, naming the problem and
+the fix, when the imported ``tensorplay`` is not TensorPlay's core but PyPI's unrelated
+package of the same name. That beats an obscure AttributeError later. The check reads two
+``sys.modules`` entries."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ _COMPONENTS = {
     "tensorplay.compiler": "tensorplay-compile",
     "tensorplay.kernels": "tensorplay-kernels",
     "tensorplay.utils.cpp_jit": "tensorplay-cppjit",
+    "tensorplay.nn": "tensorplay-nn",
+    "tensorplay.optim": "tensorplay-nn",
+    "tensorplay.utils.data": "tensorplay-nn",
 }
 
 
