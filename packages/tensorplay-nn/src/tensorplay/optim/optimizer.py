@@ -21,6 +21,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import Tensor
+from tensorplay.nn.utils._grads import zero_grads
 
 __all__ = ["Optimizer", "required"]
 
@@ -219,20 +220,7 @@ class Optimizer:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradients of all optimised tensors: to ``None`` (default) or to zeros."""
-        for group in self.param_groups:
-            for p in group["params"]:
-                g = p.grad
-                if g is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    if g.grad_fn is not None:
-                        g = g.detach()
-                        p.grad = g
-                    elif g.requires_grad:
-                        g.requires_grad_(False)
-                    g.zero_()
+        zero_grads((p for group in self.param_groups for p in group["params"]), set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one optimisation step; ``closure`` re-evaluates the model and returns the

@@ -19,6 +19,7 @@ from typing import Any
 import tensorplay as tp
 from tensorplay import Tensor
 from tensorplay.nn.parameter import Buffer, Parameter
+from tensorplay.nn.utils._grads import zero_grads
 
 __all__ = ["Module", "RemovableHandle"]
 
@@ -600,20 +601,7 @@ class Module:
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset every parameter's ``.grad``: to None, or (``set_to_none=False``) to zeros in
         place."""
-        for p in self.parameters():
-            g = p.grad
-            if g is None:
-                continue
-            if set_to_none:
-                p.grad = None
-            else:
-                if g.grad_fn is not None:
-                    g = g.detach()
-                    p.grad = g
-                else:
-                    g.requires_grad_(False)
-                with tp.no_grad():
-                    g.zero_()
+        zero_grads(self.parameters(), set_to_none)
 
     def apply(self, fn: Callable[[Module], None]) -> Module:
         """Call ``fn`` on every descendant (children first) and then on this module."""
