@@ -35,8 +35,15 @@ from tensorplay.utils.data.sampler import (
     WeightedRandomSampler,
 )
 
-torch = pytest.importorskip("torch")
-tud = torch.utils.data
+try:  # the oracle: tests that compare with torch.utils.data skip without it
+    import torch
+except ImportError:
+    torch = None
+tud = torch.utils.data if torch is not None else None
+needs_torch = pytest.mark.skipif(
+    torch is None,
+    reason="torch (the test oracle) is not installed: pip install /opt/wheels/torch-2.13.0*.whl",
+)
 
 
 def _np(x):
@@ -115,6 +122,7 @@ def test_random_split_lengths_and_disjoint():
         random_split(ds, [3, 6])
 
 
+@needs_torch
 @pytest.mark.parametrize(
     "n,fracs", [(10, [0.3, 0.7]), (11, [0.5, 0.5]), (7, [0.2, 0.3, 0.5]), (5, [1 / 3] * 3)]
 )
@@ -128,6 +136,7 @@ def test_random_split_fractions_match_torch(n, fracs):
 # ----------------------------------------------------------------------------- samplers
 
 
+@needs_torch
 def test_sequential_and_batch_sampler_match_torch():
     assert list(SequentialSampler(range(5))) == list(tud.SequentialSampler(range(5)))
     for bs, dl in [(2, False), (2, True), (3, False), (5, True), (7, True)]:
@@ -180,6 +189,7 @@ def test_subset_and_weighted_samplers():
 # ----------------------------------------------------------------------------- collate
 
 
+@needs_torch
 def test_default_collate_nested_matches_torch():
     Point = collections.namedtuple("Point", ["x", "y"])
 
@@ -230,6 +240,7 @@ def test_default_convert():
 # ----------------------------------------------------------------------------- DataLoader
 
 
+@needs_torch
 @pytest.mark.parametrize(
     "bs,drop_last", [(1, False), (3, False), (3, True), (4, True), (10, False)]
 )
@@ -258,6 +269,7 @@ def test_dataloader_no_batching_and_batch_sampler():
     assert out[0]["v"].tolist() == [1.0, 2.0] and str(out[0]["v"].dtype) == "tensorplay.float64"
 
 
+@needs_torch
 def test_dataloader_argument_conflicts_match_torch():
     ds = list(range(10))
     cases = [

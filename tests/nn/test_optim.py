@@ -20,7 +20,14 @@ from tensorplay.optim.optimizer import Optimizer
 from tensorplay.optim.rmsprop import RMSprop
 from tensorplay.optim.sgd import SGD
 
-torch = pytest.importorskip("torch")
+try:  # the oracle: tests that compare with torch.optim skip without it
+    import torch
+except ImportError:
+    torch = None
+needs_torch = pytest.mark.skipif(
+    torch is None,
+    reason="torch (the test oracle) is not installed: pip install /opt/wheels/torch-2.13.0*.whl",
+)
 
 TP_OPTIMS = {"SGD": SGD, "Adam": Adam, "AdamW": AdamW, "RMSprop": RMSprop, "Adagrad": Adagrad}
 SHAPES = [(3, 4), (5,), ()]
@@ -108,11 +115,13 @@ CASES = [
 ]
 
 
+@needs_torch
 @pytest.mark.parametrize(("name", "kwargs"), CASES, ids=lambda x: str(x))
 def test_matches_torch(name, kwargs):
     _run_both(name, kwargs)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ["SGD", "Adam", "RMSprop"])
 def test_quadratic_loss_matches_torch(name):
     """Gradients from a real backward pass (loss = sum((w * x - y)^2))."""
@@ -133,6 +142,7 @@ def test_quadratic_loss_matches_torch(name):
     np.testing.assert_allclose(w_tp.detach().numpy(), w_to.detach().numpy(), rtol=RTOL, atol=ATOL)
 
 
+@needs_torch
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop", "Adagrad"])
 def test_param_groups_with_different_lrs(name):
     kwargs = {"lr": 0.01} if name != "SGD" else {"lr": 0.01, "momentum": 0.9}
@@ -165,6 +175,7 @@ def test_step_writes_in_place_and_keeps_leaf():
     assert p.requires_grad and p.is_leaf and p.grad_fn is None
 
 
+@needs_torch
 @pytest.mark.parametrize(
     ("name", "kwargs"),
     [
@@ -211,6 +222,7 @@ def test_state_dict_round_trip(name, kwargs):
         np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
 
 
+@needs_torch
 def test_state_dict_matches_torch_layout():
     opt_tp, opt_to, _, _ = _run_both("Adam", {"lr": 0.01, "amsgrad": True}, n_steps=3)
     sd_tp, sd_to = opt_tp.state_dict(), opt_to.state_dict()
@@ -260,6 +272,7 @@ def test_zero_grad_both_ways():
     assert p.grad is None
 
 
+@needs_torch
 def test_closure_runs_with_grad_and_returns_loss():
     w = tp.tensor([1.0, -2.0], requires_grad=True)
     w_to = torch.tensor([1.0, -2.0], requires_grad=True)
@@ -331,6 +344,7 @@ def test_construction_errors():
         SGD([p * 2], lr=0.1)
 
 
+@needs_torch
 @pytest.mark.parametrize(
     ("cls", "kwargs", "message"),
     [
@@ -376,6 +390,7 @@ def test_repr_matches_torch_layout(name):
     assert lines == sorted(lines)
 
 
+@needs_torch
 def test_tensor_lr_with_scheduler():
     """A 1-element tensor lr works and a scheduler updates it in place, like torch."""
     p = tp.tensor([1.0, 2.0], requires_grad=True)
@@ -450,6 +465,7 @@ SCHEDULERS = [
 ]
 
 
+@needs_torch
 @pytest.mark.parametrize(("name", "kwargs"), SCHEDULERS, ids=lambda x: str(x))
 def test_scheduler_matches_torch(name, kwargs):
     n = 19 if name == "OneCycleLR" else 20
@@ -464,6 +480,7 @@ def test_scheduler_matches_torch(name, kwargs):
         assert g_tp["momentum"] == g_to["momentum"]
 
 
+@needs_torch
 def test_one_cycle_cycles_adam_beta1():
     kwargs = {"max_lr": 0.3, "total_steps": 10}
     _, _, opt_tp, opt_to, _, _ = _lr_sequences(
@@ -475,6 +492,7 @@ def test_one_cycle_cycles_adam_beta1():
     assert opt_tp.param_groups[0]["betas"] == opt_to.param_groups[0]["betas"]
 
 
+@needs_torch
 def test_one_cycle_too_many_steps():
     opt_tp, _ = _make_pair(1)
     s = tp_sched.OneCycleLR(opt_tp, max_lr=0.1, total_steps=2)
@@ -485,6 +503,7 @@ def test_one_cycle_too_many_steps():
         s.step()
 
 
+@needs_torch
 def test_lambda_lr_matches_torch():
     def f1(e):
         return 0.95**e
@@ -504,6 +523,7 @@ def test_lambda_lr_matches_torch():
     assert seq_tp == seq_to
 
 
+@needs_torch
 def test_sequential_lr_matches_torch():
     def make(mod):
         def build(o):
@@ -518,6 +538,7 @@ def test_sequential_lr_matches_torch():
     assert seq_tp == seq_to
 
 
+@needs_torch
 def test_chained_scheduler_matches_torch():
     def make(mod):
         def build(o):
@@ -531,6 +552,7 @@ def test_chained_scheduler_matches_torch():
     assert seq_tp == seq_to
 
 
+@needs_torch
 @pytest.mark.parametrize(
     ("name", "kwargs"),
     [
@@ -553,6 +575,7 @@ def test_scheduler_closed_form_epoch_matches_torch(name, kwargs):
             assert s_tp.get_last_lr() == s_to.get_last_lr()
 
 
+@needs_torch
 def test_scheduler_state_dict_round_trip():
     opt_a, _ = _make_pair()
     s_a = tp_sched.CosineAnnealingLR(opt_a, T_max=6)
@@ -573,12 +596,14 @@ def test_scheduler_state_dict_round_trip():
         assert s_a.get_last_lr() == s_b.get_last_lr()
 
 
+@needs_torch
 def test_scheduler_resume_needs_initial_lr():
     opt_tp, _ = _make_pair()
     with pytest.raises(KeyError, match="initial_lr"):
         tp_sched.StepLR(opt_tp, step_size=2, last_epoch=3)
 
 
+@needs_torch
 def test_scheduler_warns_when_stepped_before_optimizer():
     opt_tp, _ = _make_pair()
     s = tp_sched.StepLR(opt_tp, step_size=2)
@@ -594,6 +619,7 @@ def test_scheduler_requires_optimizer():
 # ---- gradient clipping ----------------------------------------------------------------------
 
 
+@needs_torch
 @pytest.mark.parametrize("norm_type", [2.0, 1.0, 3.0, math.inf])
 @pytest.mark.parametrize("max_norm", [0.5, 1e3])
 def test_clip_grad_norm_matches_torch(norm_type, max_norm):
@@ -624,6 +650,7 @@ def test_clip_grad_norm_single_tensor_and_nonfinite():
     assert float(get_total_norm([])) == 0.0
 
 
+@needs_torch
 def test_clip_grad_value_matches_torch():
     arrays = _init_arrays()
     grads = [g * 3 for g in _grad_arrays(1)[0]]
