@@ -155,16 +155,7 @@ class Tensor:
         """A view of the same data, cut from the autograd graph."""
         # same geometry, so the array object itself can be shared: no new numpy/CuPy view
         # (custom-op kernels get detached inputs on every call)
-        t = _new(
-            Tensor,
-            self._data,
-            self._storage,
-            self._offset,
-            self._shape,
-            self._stride,
-            self.dtype,
-            self.device,
-        )
+        t = alias_of(self)
         t._base = self if self._base is None else self._base
         return t
 
@@ -371,8 +362,8 @@ data_ptr_of = Tensor.data_ptr
 
 def alias_of(t: Tensor) -> Tensor:
     """A new tensor object over ``t``'s memory and geometry (same storage, so the same
-    version counter), with no autograd history and no ``_base``: unlike ``detach()`` it is
-    not a view of ``t`` (tensorplay-nn's Parameter is one)."""
+    version counter), with no autograd history and no ``_base``: ``detach()`` is this plus
+    the ``_base`` that makes it a view of ``t`` (tensorplay-nn's Parameter is not one)."""
     return _new(Tensor, t._data, t._storage, t._offset, t._shape, t._stride, t.dtype, t.device)
 
 

@@ -181,10 +181,7 @@ def kaiming_uniform_(
     """U(-bound, bound) with ``bound = gain * sqrt(3 / fan)`` (He et al., 2015)."""
     if _no_op(tensor):
         return tensor
-    fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    bound = math.sqrt(3.0) * std
+    bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
     return uniform_(tensor, -bound, bound, generator)
 
 
@@ -198,7 +195,10 @@ def kaiming_normal_(
     """N(0, std**2) with ``std = gain / sqrt(fan)`` (He et al., 2015)."""
     if _no_op(tensor):
         return tensor
+    return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
+
+
+def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str) -> float:
+    """``gain / sqrt(fan)``: the standard deviation both Kaiming initialisations draw with."""
     fan = _calculate_correct_fan(tensor, mode)
-    gain = calculate_gain(nonlinearity, a)
-    std = gain / math.sqrt(fan)
-    return normal_(tensor, 0.0, std, generator)
+    return calculate_gain(nonlinearity, a) / math.sqrt(fan)

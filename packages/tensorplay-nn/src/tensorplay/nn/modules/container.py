@@ -311,17 +311,8 @@ class ModuleDict(Module):
             for key, module in modules.items():
                 self[key] = module
             return
-        for j, m in enumerate(modules):
-            if not isinstance(m, container_abcs.Iterable):
-                raise TypeError(
-                    f"ModuleDict update sequence element #{j} should be Iterable; is "
-                    + type(m).__name__
-                )
-            if len(m) != 2:
-                raise ValueError(
-                    f"ModuleDict update sequence element #{j} has length {len(m)}; 2 is required"
-                )
-            self[m[0]] = m[1]
+        for key, module in _pairs("ModuleDict", modules):
+            self[key] = module
 
 
 _LEGACY_TYPE = {
@@ -521,18 +512,8 @@ class ParameterDict(Module):
             for key, value in sorted(parameters.items()):
                 self[key] = value
         else:
-            for j, p in enumerate(parameters):
-                if not isinstance(p, container_abcs.Iterable):
-                    raise TypeError(
-                        f"ParameterDict update sequence element #{j} should be Iterable; is "
-                        + type(p).__name__
-                    )
-                if len(p) != 2:
-                    raise ValueError(
-                        f"ParameterDict update sequence element #{j} has length {len(p)}; "
-                        "2 is required"
-                    )
-                self[p[0]] = p[1]
+            for key, value in _pairs("ParameterDict", parameters):
+                self[key] = value
 
     def extra_repr(self) -> str:
         return "\n".join(f"  ({k}): {_param_repr(p, legacy_type=True)}" for k, p in self.items())
@@ -553,3 +534,18 @@ class ParameterDict(Module):
     def __ior__(self, other: ParameterDict) -> ParameterDict:
         self.update(other)
         return self
+
+
+def _pairs(owner: str, items):
+    """The (key, value) pairs of an ``update`` sequence, each checked as torch checks them."""
+    for j, item in enumerate(items):
+        if not isinstance(item, container_abcs.Iterable):
+            raise TypeError(
+                f"{owner} update sequence element #{j} should be Iterable; is "
+                + type(item).__name__
+            )
+        if len(item) != 2:
+            raise ValueError(
+                f"{owner} update sequence element #{j} has length {len(item)}; 2 is required"
+            )
+        yield item[0], item[1]
