@@ -754,6 +754,16 @@ def _fast_unary(uf, x, odt):
     return wrap_array(r, buf, start, odt)
 
 
+def _cuda_fast(row, arrays: tuple, odt, dev):
+    """A ufunc row on CUDA arrays of one dtype (or one and a Python number): the row's kernel
+    (which may differ from the bare ufunc on CuPy) and the wrap, without the general path's
+    checks (the template made them)."""
+    if len(arrays) == 2 and hasattr(arrays[1], "shape") and arrays[0].shape != arrays[1].shape:
+        _meta.broadcast_shapes(arrays[0].shape, arrays[1].shape, op=row.name)  # torch's error
+    r = row.kernel(_device.cupy_or_raise(), *arrays)
+    return adopt_array(r if r.dtype == odt.np else r.astype(odt.np), odt, dev)
+
+
 def _fast_record(row, targs, result):
     """The fast path's result, with its backward node when an input requires grad."""
     if autograd_hooks.needs_grad(targs):
@@ -802,6 +812,39 @@ _BINARY_FAST = """
             if odt is not None:
                 r = _fast_scalar(_uf, {a}._data, {b}, odt)
                 return _fast_record(_row, ({a}, {b}), r) if {a}.requires_grad else r
+"""
+
+# The same calls on CUDA (no device kernel registered for the row): the row's kernel on
+# CuPy, called directly.
+_BINARY_FAST_CUDA = """
+    if (out is None and type({a}) is _T and _st.plain{defaults} and {a}.device.type == "cuda"
+            and not _row.device_kernels):
+        if type({b}) is _T:
+            if {b}.device is {a}.device and {a}.dtype is {b}.dtype:
+                odt = _fast.get({a}.dtype)
+                if odt is not None:
+                    r = _cuda_fast(_row, ({a}._data, {b}._data), odt, {a}.device)
+                    if {a}.requires_grad or {b}.requires_grad:
+                        return _fast_record(_row, ({a}, {b}), r)
+                    return r
+        elif (
+            (type({b}) is float or type({b}) is int)
+            and {a}.dtype.is_floating_point
+            and -_LIMIT < {b} < _LIMIT
+        ):
+            odt = _fast.get({a}.dtype)
+            if odt is not None:
+                r = _cuda_fast(_row, ({a}._data, {b}), odt, {a}.device)
+                return _fast_record(_row, ({a}, {b}), r) if {a}.requires_grad else r
+"""
+
+_UNARY_FAST_CUDA = """
+    if (out is None and type({a}) is _T and _st.plain{defaults} and {a}.device.type == "cuda"
+            and not _row.device_kernels):
+        odt = _fast.get({a}.dtype)
+        if odt is not None:
+            r = _cuda_fast(_row, ({a}._data,), odt, {a}.device)
+            return _fast_record(_row, ({a},), r) if {a}.requires_grad else r
 """
 
 _UNARY_FAST = """
@@ -980,7 +1023,8 @@ def _generate(row: OpDef) -> Callable:
         body = _REDUCE_FAST
     elif row.fast:
         extra = _default_checks(row, defaults, rest)
-        tmpl = _BINARY_FAST if row.n_inputs == 2 else _UNARY_FAST
+        binary = row.n_inputs == 2
+        tmpl = _BINARY_FAST + _BINARY_FAST_CUDA if binary else _UNARY_FAST + _UNARY_FAST_CUDA
         body = tmpl.format(a=inputs[0], b=inputs[-1], defaults=extra, name=row.name)
         if not row.out:
             body = body.replace("out is None and ", "")
@@ -992,6 +1036,7 @@ def _generate(row: OpDef) -> Callable:
         "_fast_unary": _fast_unary,
         "_fast_scalar": _fast_scalar,
         "_fast_record": _fast_record,
+        "_cuda_fast": _cuda_fast,
         "_call_view": _call_view,
         "_wrap_one": _wrap_one,
         "_full": _FULL_REDUCE.get(row.name),
