@@ -87,6 +87,17 @@ CPU = device("cpu")
 META = device("meta")
 
 
+_on_load: list = []  # called with the cupy module once it imports and sees a device
+
+
+def on_cupy_loaded(fn) -> None:
+    """Run ``fn(cupy)`` when CuPy is first loaded (at once when it already is): how
+    ``tp.cuda`` installs its allocator without importing CuPy at ``import tensorplay``."""
+    _on_load.append(fn)
+    if _cupy.cache_info().currsize and _cupy()[0] is not None:
+        fn(_cupy()[0])
+
+
 @functools.lru_cache(maxsize=1)
 def _cupy():
     try:
@@ -104,6 +115,8 @@ def _cupy():
         return None, f"CuPy is installed but CUDA is unusable: {e}"
     if n == 0:
         return None, "CuPy is installed but no CUDA device is visible"
+    for fn in _on_load:
+        fn(cupy)
     return cupy, None
 
 

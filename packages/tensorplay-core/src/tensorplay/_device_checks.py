@@ -24,12 +24,14 @@ import numpy as np
 
 from tensorplay import _device
 
-__all__ = ["checked_index", "raise_pending", "to_host"]
+__all__ = ["checked_index", "host_sync", "raise_pending", "to_host"]
 
 _records: dict = {}  # CUDA device id -> uint64[4] on it: op code (0: none), index, dim, size
 _pending: set = set()  # devices with a check launched since their record was last read
 _ops: list = []  # op code - 1 -> op name
 _kernel = None
+_capturing: list = []  # streams a CUDA graph capture is running on (cuda/graphs.py)
+_checks_launched = 0  # how many checks were queued (a captured graph replays its own)
 
 # ``record`` is a raw input, so CuPy declares it const: the kernel writes through a cast
 _BODY = """
@@ -70,19 +72,44 @@ def checked_index(idx, n: int, name: str, dim: int):
     """CuPy index array ``idx`` with every entry outside ``[0, n)`` replaced by 0; the
     first such entry is recorded on the device and raised at the next synchronisation.
     (No wrapping of negative indices: gather, scatter and index_select refuse them.)"""
-    cp = _device.cupy_or_raise()
+    global _checks_launched
     dev = idx.device.id
     record = _records.get(dev)
     if record is None:
-        with cp.cuda.Device(dev):
-            record = _records[dev] = cp.zeros(4, dtype=cp.uint64)
+        prepare(dev)
+        record = _records[dev]
     safe = _bounds_kernel()(idx, n, record, _code(name), dim)
     _pending.add(dev)
+    _checks_launched += 1
     return safe
+
+
+def prepare(dev: int) -> None:
+    """Create ``dev``'s record now (a graph capture cannot: its zero-fill would only be
+    captured, never run)."""
+    if dev not in _records:
+        cp = _device.cupy_or_raise()
+        with cp.cuda.Device(dev):
+            _records[dev] = cp.zeros(4, dtype=cp.uint64)
+
+
+def host_sync(what: str) -> None:
+    """Refuse a host synchronisation while a CUDA graph is being captured, naming it: the
+    capture would break with a CUDA error that does not say which call synchronised."""
+    if _capturing:
+        raise RuntimeError(
+            f"{what} waits for the GPU on the host, which is not allowed while a CUDA graph "
+            "is being captured (tp.cuda.graph / make_graphed_callables): a captured region "
+            "must not read device values (.item(), .tolist(), .cpu(), printing, bool(), "
+            "ops with data-dependent shapes such as nonzero or masked selection) or "
+            "synchronise; move it out of the captured region"
+        )
 
 
 def raise_pending() -> None:
     """Raise the error a device-side check recorded since the last call, if any."""
+    if _capturing:
+        return  # nothing ran yet: the checks recorded so far are only captured
     while _pending:
         dev = _pending.pop()
         record = _records[dev]
@@ -104,6 +131,7 @@ def raise_pending() -> None:
 
 def to_host(arr) -> np.ndarray:
     """A CuPy array's values on the host (a synchronisation: pending device errors raise)."""
+    host_sync("reading a CUDA tensor's values on the host")
     host = arr.get()
     raise_pending()
     return host

@@ -758,8 +758,12 @@ def _cuda_fast(row, arrays: tuple, odt, dev):
     """A ufunc row on CUDA arrays of one dtype (or one and a Python number): the row's kernel
     (which may differ from the bare ufunc on CuPy) and the wrap, without the general path's
     checks (the template made them)."""
-    if len(arrays) == 2 and hasattr(arrays[1], "shape") and arrays[0].shape != arrays[1].shape:
-        _meta.broadcast_shapes(arrays[0].shape, arrays[1].shape, op=row.name)  # torch's error
+    if len(arrays) == 2:
+        a, b = arrays
+        if not hasattr(b, "shape"):  # a Python number, computed in a's dtype as torch does
+            arrays = (a, a.dtype.type(b))
+        elif a.shape != b.shape:
+            _meta.broadcast_shapes(a.shape, b.shape, op=row.name)  # torch's error
     r = row.kernel(_device.cupy_or_raise(), *arrays)
     return adopt_array(r if r.dtype == odt.np else r.astype(odt.np), odt, dev)
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from tensorplay import _dtype as D
 from tensorplay._device import CPU, cupy_or_raise
+from tensorplay._device_checks import host_sync
 from tensorplay._dispatch import OPS, check_writable
 from tensorplay._factories import tensor
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, strides_of
@@ -151,6 +152,8 @@ def plan(shape: tuple, stride: tuple, offset: int, index, device):
                         f"The shape of the mask {list(arr.shape)} at index {d} does not match "
                         f"the shape of the indexed tensor {list(mask_shape)}"
                     )
+                if device.type == "cuda":  # where the mask is true decides the shape
+                    host_sync("masked selection x[mask] (its shape depends on the mask)")
                 for pos in arr.nonzero():
                     advanced[len(out_shape)] = pos
                     out_shape.append(shape[d])

@@ -33,7 +33,7 @@ import importlib
 import os
 import warnings
 
-from tensorplay import cuda
+from tensorplay import _device
 from tensorplay._device import CPU
 from tensorplay._dlpack import from_dlpack
 from tensorplay._storage import Storage, _aligned_u8
@@ -91,7 +91,9 @@ def _from_capsule(capsule):
 
 def _stream_ptr(device_id: int) -> int:
     """The ``cudaStream_t`` kernels launched on TensorPlay CUDA tensors should use."""
-    return cuda.current_stream(device_id).cuda_stream
+    cp = _device.cupy_or_raise()  # CuPy's current stream is tp.cuda.current_stream()
+    with cp.cuda.Device(device_id):
+        return cp.cuda.get_current_stream().ptr
 
 
 if NATIVE is not None:

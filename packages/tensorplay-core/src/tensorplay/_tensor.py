@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from tensorplay import _device
+from tensorplay._cuda_memory import record_stream as _record_stream
 from tensorplay._device import CPU, META
 from tensorplay._device_checks import to_host
 from tensorplay._printing import tensor_repr
@@ -139,6 +140,14 @@ class Tensor:
 
     def data_ptr(self) -> int:
         return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+
+    def record_stream(self, stream) -> None:
+        """Mark this CUDA tensor's memory as used by ``stream`` (a ``tp.cuda.Stream``): it
+        is not reused by another allocation until the work queued on ``stream`` before the
+        tensor (and every view of it) died has finished."""
+        if self.device.type != "cuda":
+            raise RuntimeError(f"record_stream: expected a CUDA tensor, got one on {self.device}")
+        _record_stream(self._storage._mem, stream)
 
     @property
     def _version(self) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay.capture import GraphCaptureError
+from tensorplay.compiler import _cudagraphs
 from tensorplay.compiler._autocast import autocast_state, run_recording_dtypes
 from tensorplay.compiler._backends import default_backend, lookup_backend, validate_options
 from tensorplay.compiler._guards import Guards, collect
@@ -66,6 +67,7 @@ class Artifact:
         self._tensorplay_codegen = codegen
         self._tensorplay_target = target
         self.shape_specialized = shape_specialized
+        self.cudagraph: Callable | None = None  # mode="reduce-overhead": its graph replay
         # the values its guards summarise by id, kept alive so no id is reused while cached
         self.guarded: list = []
 
@@ -81,6 +83,7 @@ def compile(  # noqa: A001 - the public name is tp.compile
     fn: Callable | None = None,
     *,
     backend: str | Callable | None = None,
+    mode: str | None = None,
     dynamic: bool | None = None,
     fullgraph: bool = False,
     options: dict[str, Any] | None = None,
@@ -94,6 +97,11 @@ def compile(  # noqa: A001 - the public name is tp.compile
             ``backend(graph_module, example_inputs, **options)``. Default: ``"tvm"`` where
             it can run (a supported apache-tvm is installed), else ``"eager"`` with a
             one-time ``UserWarning`` saying why; chosen at the first call.
+        mode: ``"default"`` (or None) or ``"reduce-overhead"``: calls on CUDA tensors
+            replay CUDA graphs of the artifact (forward and backward when an input
+            requires grad), built at the second call of a specialisation; the outputs are
+            static and overwritten by the next call. A region that synchronises with the
+            host raises an error naming the call. CPU calls are not affected.
         dynamic: ``True`` keys the cache on ranks instead of shapes, so one artifact (one
             symbolic-shape kernel per region) serves every size; ``None``/``False``
             specialise on shapes.
@@ -116,6 +124,11 @@ def compile(  # noqa: A001 - the public name is tp.compile
     """
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"tp.compile: options must be a dict, got {type(options).__name__}")
+    if mode is not None and mode not in _cudagraphs.MODES:
+        raise ValueError(
+            f"tp.compile: mode must be one of {', '.join(map(repr, _cudagraphs.MODES))}, "
+            f"got {mode!r}"
+        )
     if backend is None:
         # chosen at the first call: finding out whether TVM can run imports it (seconds)
         backend_fn, name = None, "default"
@@ -127,6 +140,7 @@ def compile(  # noqa: A001 - the public name is tp.compile
     settings = dict(
         backend=backend_fn,
         backend_name=name,
+        mode=mode or "default",
         dynamic=bool(dynamic),
         fullgraph=fullgraph,
         options=dict(options or {}),
@@ -148,6 +162,7 @@ class CompiledFunction:
         *,
         backend: Callable | None,
         backend_name: str,
+        mode: str,
         dynamic: bool,
         fullgraph: bool,
         options: dict[str, Any],
@@ -158,6 +173,7 @@ class CompiledFunction:
         self._signature = inspect.signature(fn)
         self._backend = backend
         self.backend_name = backend_name
+        self.mode = mode
         self.dynamic = dynamic
         self.fullgraph = fullgraph
         self.options = options
@@ -187,6 +203,10 @@ class CompiledFunction:
             return result
         if artifact.graph_module is None:  # the capture failed: fn itself runs
             return self._fn(*args, **kwargs)
+        if self.mode == "reduce-overhead" and _cudagraphs.on_cuda(tensors):
+            if artifact.cudagraph is None:
+                artifact.cudagraph = _cudagraphs.graphed_runner(artifact, tensors)
+            return artifact.cudagraph(*tensors)
         return artifact(*tensors)
 
     def _key(self, spec: tuple) -> tuple:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 
-from tensorplay import _dtype as D, _meta as M
+import numpy as np
+
+from tensorplay import _cublas, _dtype as D, _meta as M
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import eye, ones
 from tensorplay._rows import row_maker
@@ -94,11 +96,21 @@ def _matmul_vjp(ctx, grad):
     return ga, gb
 
 
+def _matmul_kernel(xp, a, b):
+    """numpy's or CuPy's matmul; on CUDA, cuBLAS called directly where it applies (it also
+    runs inside a CUDA graph capture, where CuPy's matmul refuses to)."""
+    if xp is not np:
+        r = _cublas.matmul(a, b)
+        if r is not None:
+            return r
+    return xp.matmul(a, b)
+
+
 _mm = dict(n_inputs=2, promote="same", allow="ifc", out=True, vjp=_matmul_vjp)
 op(
     "matmul",
     "input, other",
-    kernel=lambda xp, a, b: xp.matmul(a, b),
+    kernel=_matmul_kernel,
     shape=_matmul_shape,
     dunders=("__matmul__", "__rmatmul__"),
     jvp=bilinear_jvp("matmul"),
@@ -107,7 +119,7 @@ op(
 op(
     "mm",
     "input, mat2",
-    kernel=lambda xp, a, b: xp.matmul(a, b),
+    kernel=_matmul_kernel,
     shape=_mm_shape("mm", 2),
     jvp=bilinear_jvp("mm"),
     **_mm,
@@ -115,7 +127,7 @@ op(
 op(
     "bmm",
     "input, mat2",
-    kernel=lambda xp, a, b: xp.matmul(a, b),
+    kernel=_matmul_kernel,
     shape=_mm_shape("bmm", 3),
     jvp=bilinear_jvp("bmm"),
     **_mm,

@@ -358,7 +358,10 @@ def _nll_loss(fn, input, target, weight, ignore_index, reduction) -> Tensor:
     _check_weight(fn, weight, c)
     valid = tgt != ignore_index
     safe = tp.where(valid, tgt, tp.zeros_like(tgt))
-    if safe.numel() and (bool((safe < 0).any()) or bool((safe >= c).any())):
+    # on CUDA the bound is checked on the device by gather (reported at the next sync): a
+    # host read here would stall every training step and break CUDA graph capture
+    cpu = tgt.device.type == "cpu"
+    if cpu and safe.numel() and (bool((safe < 0).any()) or bool((safe >= c).any())):
         bad = tp.where((safe < 0) | (safe >= c), safe, tp.zeros_like(safe))
         worst = int(bad.min().item()) if bool((safe < 0).any()) else int(bad.max().item())
         raise IndexError(f"{fn}(): Target {worst} is out of bounds (classes: {c}).")

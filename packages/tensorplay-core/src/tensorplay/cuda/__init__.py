@@ -1,17 +1,51 @@
-"""``tp.cuda``: CUDA availability, devices, synchronisation and streams (via CuPy)."""
+"""``tp.cuda``: CUDA devices, synchronisation, streams and events, memory statistics and
+CUDA graphs, as in ``torch.cuda`` (on CuPy: its pool, streams and graphs)."""
 
 from __future__ import annotations
 
 from tensorplay import _device
-from tensorplay._device_checks import raise_pending
+from tensorplay._cuda_memory import (
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    memory_allocated,
+    memory_reserved,
+    memory_stats,
+    reset_peak_memory_stats,
+)
+from tensorplay._device_checks import host_sync, raise_pending
+from tensorplay.cuda.graphs import (
+    CUDAGraph,
+    graph,
+    graph_pool_handle,
+    is_current_stream_capturing,
+    make_graphed_callables,
+)
+from tensorplay.cuda.streams import Event, Stream, current_stream, default_stream, stream
 
 __all__ = [
-    "is_available",
-    "device_count",
+    "CUDAGraph",
+    "Event",
+    "Stream",
     "current_device",
-    "set_device",
-    "synchronize",
     "current_stream",
+    "default_stream",
+    "device_count",
+    "empty_cache",
+    "graph",
+    "graph_pool_handle",
+    "is_available",
+    "is_current_stream_capturing",
+    "make_graphed_callables",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "reset_peak_memory_stats",
+    "set_device",
+    "stream",
+    "synchronize",
     "unavailable_reason",
 ]
 
@@ -43,35 +77,10 @@ def set_device(device) -> None:
 
 def synchronize(device=None) -> None:
     """Wait for all work on the (current) CUDA device."""
+    host_sync("tp.cuda.synchronize()")
     cp = _device.cupy_or_raise()
     if device is None:
         cp.cuda.Device().synchronize()
     else:
         cp.cuda.Device(_device.device(device).index or 0).synchronize()
     raise_pending()  # an error a device-side check recorded (see _device_checks)
-
-
-class Stream:
-    """A CUDA stream; ``cuda_stream`` is the raw ``cudaStream_t`` for Triton/tvm-ffi."""
-
-    def __init__(self, cupy_stream):
-        self._stream = cupy_stream
-
-    @property
-    def cuda_stream(self) -> int:
-        return self._stream.ptr
-
-    def synchronize(self) -> None:
-        self._stream.synchronize()
-
-    def __int__(self) -> int:
-        return self._stream.ptr
-
-    def __repr__(self) -> str:
-        return f"<tensorplay.cuda.Stream cuda_stream={self._stream.ptr:#x}>"
-
-
-def current_stream(device=None) -> Stream:
-    """The stream TensorPlay's CUDA kernels run on (CuPy's current stream)."""
-    cp = _device.cupy_or_raise()
-    return Stream(cp.cuda.get_current_stream())
