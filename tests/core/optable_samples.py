@@ -1170,3 +1170,14 @@ def to_meta(x):
     if isinstance(x, list):
         return [to_meta(y) for y in x]
     return x
+
+
+# ---- families whose samples live in their own module (imported last: they use the helpers
+# above through ``import optable_samples``) -------------------------------------------------
+
+import optable_samples_convolution  # noqa: E402
+import optable_samples_sorting  # noqa: E402
+
+for _family in (optable_samples_sorting, optable_samples_convolution):
+    _NAMED.update(_family.NAMED)
+    REF.update(_family.REF)

@@ -18,6 +18,8 @@ The families, in ``tensorplay/_rows/``:
 - ``copies``: ``clone``, ``contiguous_copy``, ``_to_copy``
 - ``advanced_indexing``: ``_index``, ``_index_put`` (``x[idx]``, ``x[idx] = v``)
 - ``views``: ``view``, ``reshape``, ``permute``... (geometry only, no kernel)
+- ``sorting``: ``sort``, ``argsort``, ``topk``, ``tril``/``triu``, ``repeat``, ``flip``...
+- ``convolution``: ``conv1d``/``conv2d`` and transposes, pooling
 
 This module assembles the table: it registers the rows of ``FAMILIES`` in that order, each
 family's in the order it defines them. That order is the order of ``ROWS`` and ``OPS``, in
@@ -30,17 +32,30 @@ from __future__ import annotations
 from tensorplay._dispatch import OpDef, register
 from tensorplay._rows import (
     advanced_indexing,
+    convolution,
     copies,
     indexing,
     joins,
     linalg,
     pointwise,
     reductions,
+    sorting,
     views,
 )
 from tensorplay._rows.reductions import MinMax
 
-FAMILIES = (pointwise, reductions, linalg, joins, indexing, copies, advanced_indexing, views)
+FAMILIES = (
+    pointwise,
+    reductions,
+    linalg,
+    joins,
+    indexing,
+    copies,
+    advanced_indexing,
+    views,
+    sorting,
+    convolution,
+)
 
 ROWS: list[OpDef] = [register(row) for family in FAMILIES for row in family.ROWS]
 
