@@ -182,6 +182,30 @@ def test_a_bad_index_met_in_a_replay_raises_at_the_next_sync(cuda):
     assert y.tolist() == [3.0, 2.0]
 
 
+@pytest.mark.cuda
+def test_attention_products_are_captured(cuda):
+    """(B, H, S, D) products and their transposes run through cuBLAS inside a capture; a
+    product cuBLAS is not called for says so instead of failing inside CuPy."""
+    rng = np.random.default_rng(3)
+    q = tp.tensor(rng.standard_normal((2, 4, 8, 16)).astype(np.float32), device="cuda")
+    k = tp.tensor(rng.standard_normal((2, 4, 8, 16)).astype(np.float32), device="cuda")
+    (q @ k.transpose(-2, -1)).softmax(dim=-1) @ k  # warm-up
+    g = tp.cuda.CUDAGraph()
+    with tp.cuda.graph(g):
+        out = (q @ k.transpose(-2, -1)).softmax(dim=-1) @ k
+    q.copy_(q * 2.0)
+    g.replay()
+    qn, kn = q.cpu().numpy().astype(np.float64), k.cpu().numpy().astype(np.float64)
+    s = qn @ kn.transpose(0, 1, 3, 2)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = (p / p.sum(-1, keepdims=True)) @ kn
+    np.testing.assert_allclose(out.cpu().numpy(), want, rtol=1e-4, atol=1e-5)
+    v = tp.ones(16, device="cuda")
+    with pytest.raises(RuntimeError, match=r"matmul\(\): the product of float32 operands"):
+        with tp.cuda.graph(tp.cuda.CUDAGraph()):
+            q[0, 0] @ v
+
+
 def _mlp_params(lib, seed=0):
     rng = np.random.default_rng(seed)
     sizes = (64, 128, 10)

@@ -8,8 +8,10 @@
 * the MLP training step of the issue (784 -> 1024 -> 1024 -> 10, batch 256, float32:
   matmul, relu, log_softmax, gather, mean, backward, SGD update written by hand), and
   the same forward under no_grad, in ms per step;
-* the MLP step captured into a CUDA graph and replayed (tp.cuda.graph), against torch
-  eager (target <= 0.3x) and torch's own graph replay;
+* a transformer block step (layer norm, 4-head attention, residuals, GELU MLP; batch 8 x
+  128 tokens, width 256) the same way;
+* each step captured into a CUDA graph and replayed (tp.cuda.graph), against torch eager
+  (target <= 0.3x) and torch's own graph replay;
 * device bandwidth of ``x * 2.0`` on 64M float32 (CUDA events), TB/s.
 
 Targets (issue 16): per-op host cost <= 1.0x torch; the MLP step <= 1.0x torch; pointwise
@@ -217,49 +219,92 @@ def _mlp(lib, rng):
         with mod.no_grad():
             forward()
 
-    def graphed():
-        """The step captured into a CUDA graph (after a warm-up on a side stream): its
-        replay."""
-        side = mod.cuda.Stream()
-        side.wait_stream(mod.cuda.current_stream())
-        with mod.cuda.stream(side):
-            for _ in range(3):
-                step()
-        mod.cuda.current_stream().wait_stream(side)
-        g = mod.cuda.CUDAGraph()
-        with mod.cuda.graph(g):
+    return step, forward_no_grad
+
+
+def _graphed(mod, step):
+    """``step`` captured into a CUDA graph (after a warm-up on a side stream): its replay."""
+    side = mod.cuda.Stream()
+    side.wait_stream(mod.cuda.current_stream())
+    with mod.cuda.stream(side):
+        for _ in range(3):
             step()
-        return g.replay
+    mod.cuda.current_stream().wait_stream(side)
+    g = mod.cuda.CUDAGraph()
+    with mod.cuda.graph(g):
+        step()
+    return g.replay
 
-    return step, forward_no_grad, graphed
+
+def _block(lib, rng):
+    """(step, forward_no_grad) of a transformer block written with tensor ops: layer norm,
+    4-head self-attention, residuals, a GELU MLP; batch 8, sequence 128, width 256."""
+    b, s, d, h, f = 8, 128, 256, 4, 1024
+    mod = tp if lib == "tp" else torch
+
+    def tensor(a):
+        return mod.tensor(a.astype("float32"), device="cuda")
+
+    def weight(m, n):
+        return tensor(rng.standard_normal((m, n)) * (1 / m) ** 0.5).requires_grad_()
+
+    params = [weight(d, d) for _ in range(4)] + [weight(d, f), weight(f, d)]
+    x = tensor(rng.standard_normal((b, s, d)))
+
+    def norm(t):
+        mu = t.mean(dim=-1, keepdim=True)
+        return (t - mu) * (t.var(dim=-1, keepdim=True, unbiased=False) + 1e-5).rsqrt()
+
+    def forward():
+        wq, wk, wv, wo, w1, w2 = params
+        y = norm(x)
+        q, k, v = ((y @ w).reshape(b, s, h, d // h).transpose(1, 2) for w in (wq, wk, wv))
+        att = ((q @ k.transpose(-2, -1)) * (d // h) ** -0.5).softmax(dim=-1)
+        z = x + (att @ v).transpose(1, 2).reshape(b, s, d) @ wo
+        z = z + mod.nn.functional.gelu(norm(z) @ w1) @ w2
+        return (z * z).mean()
+
+    def step():
+        forward().backward()
+        with mod.no_grad():
+            for p in params:
+                p -= 0.01 * p.grad
+                p.grad = None
+
+    def forward_no_grad():
+        with mod.no_grad():
+            forward()
+
+    return step, forward_no_grad
 
 
-def mlp(results: dict) -> None:
+def _model_rows(name: str, build, results: dict) -> None:
     import numpy as np
 
     cands_step, cands_fwd, cands_graph = {}, {}, {}
     for lib in ("tp", "torch") if torch is not None else ("tp",):
-        step, fwd, graphed = _mlp(lib, np.random.default_rng(0))
+        mod = tp if lib == "tp" else torch
+        step, fwd = build(lib, np.random.default_rng(0))[:2]
         cands_step[lib], cands_fwd[lib] = step, fwd
-        if hasattr((tp if lib == "tp" else torch).cuda, "CUDAGraph"):
-            cands_graph[lib + " graph"] = graphed()
+        if hasattr(mod.cuda, "CUDAGraph"):
+            cands_graph[lib + " graph"] = _graphed(mod, step)
     batch, repeats = (5, 3) if QUICK else (20, 9)
     step = compare({**cands_step, **cands_graph}, batch, repeats)
     fwd = compare(cands_fwd, batch, repeats)
-    results["mlp step"], results["mlp forward"] = step, fwd
+    results[f"{name} step"], results[f"{name} forward"] = step, fwd
     rows = []
     cases = (
         ("training step", step["tp"], step, 1.0),
         ("forward, no_grad", fwd["tp"], fwd, 1.0),
         ("step, CUDA graph replay", step.get("tp graph"), step, 0.3),
     )
-    for name, ours, res, target in cases:
+    for label, ours, res, target in cases:
         if ours is None:
             continue
         ref = res.get("torch")
         rows.append(
             (
-                name,
+                label,
                 f"{ours / 1e3:.3f}",
                 f"{ref / 1e3:.3f}" if ref else "-",
                 f"{ours / ref:.2f}x" if ref else "-",
@@ -270,11 +315,16 @@ def mlp(results: dict) -> None:
     print()
     print(
         table(
-            f"MLP 784-1024-1024-10, batch 256, float32 (ms per step, vs torch eager{own})",
+            f"{name} (ms per step, vs torch eager{own})",
             rows,
             ("case", "tp", "torch eager", "tp / torch", "target"),
         )
     )
+
+
+def mlp(results: dict) -> None:
+    _model_rows("MLP 784-1024-1024-10, batch 256, float32", _mlp, results)
+    _model_rows("transformer block, batch 8 x 128 tokens, width 256, float32", _block, results)
 
 
 # ---- bandwidth -----------------------------------------------------------------------------

@@ -140,8 +140,9 @@ def _layout(shape, strides, itemsize):
 
 
 def matmul(a, b):
-    """``a @ b`` for CuPy arrays of one float dtype, 2-D @ 2-D, N-D (C-contiguous) @ 2-D or
-    3-D @ 3-D (batch sizes equal or 1); None for anything else."""
+    """``a @ b`` for CuPy arrays of one float dtype, 2-D @ 2-D, N-D (C-contiguous) @ 2-D,
+    3-D @ 3-D (batch sizes equal or 1) or N-D @ N-D with equal batch shapes; None for
+    anything else."""
     dt = a.dtype
     if dt is not b.dtype and dt != b.dtype:
         return None
@@ -155,6 +156,12 @@ def matmul(a, b):
     if b.ndim == 2 and a.ndim > 2 and a.flags.c_contiguous:
         out = matmul(a.reshape(-1, a.shape[-1]), b)
         return None if out is None else out.reshape(*a.shape[:-1], b.shape[1])
+    if a.ndim > 3 and a.shape[:-2] == b.shape[:-2]:
+        # one batch dimension: a view where the batch dims collapse (attention's (B, H, S, D)
+        # and its transposes do), else a copy, which is a capturable kernel too
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        out = matmul(a.reshape(-1, m, k), b.reshape(-1, k, n))
+        return None if out is None else out.reshape(*a.shape[:-2], m, n)
     batched = a.ndim == 3
     if a.ndim == 2 and b.ndim == 2:
         batch, sa, sb = 1, 0, 0
@@ -179,7 +186,7 @@ def matmul(a, b):
     if la is None or lb is None:
         return None
     out = cp.empty(shape, dtype=dt)
-    dev = out.device.id
+    dev = out.data.device_id
     entry = _handle(lib, cp, dev)
     stream = cp.cuda.get_current_stream().ptr
     if entry[2] != stream:

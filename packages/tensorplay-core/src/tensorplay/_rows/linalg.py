@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from tensorplay import _cublas, _dtype as D, _meta as M
+from tensorplay import _cublas, _device_checks, _dtype as D, _meta as M
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import eye, ones
 from tensorplay._rows import row_maker
@@ -103,6 +103,13 @@ def _matmul_kernel(xp, a, b):
         r = _cublas.matmul(a, b)
         if r is not None:
             return r
+        if _device_checks._capturing:
+            raise RuntimeError(
+                f"matmul(): the product of {a.dtype} operands shaped {tuple(a.shape)} and "
+                f"{tuple(b.shape)} goes through CuPy's matmul, which cannot run while a CUDA "
+                "graph is being captured; inside a captured region use float16/32/64 "
+                "operands of at least 2 dims whose batch shapes are equal (or 2-D weights)"
+            )
     return xp.matmul(a, b)
 
 
