@@ -44,7 +44,18 @@ _ELIGIBLE = (D.float16, D.bfloat16, D.float32)
 _FLOATING = tuple(d for d in D.ALL if d.is_floating_point)
 
 # PyTorch's autocast lists (aten/src/ATen/autocast_mode.cpp), restricted to our op rows.
-LOWER_PRECISION = frozenset({"matmul", "mm", "bmm", "einsum"})
+LOWER_PRECISION = frozenset(
+    {
+        "matmul",
+        "mm",
+        "bmm",
+        "einsum",
+        "conv1d",
+        "conv2d",
+        "conv_transpose1d",
+        "conv_transpose2d",
+    }
+)
 FP32 = frozenset(
     {
         "acos",
