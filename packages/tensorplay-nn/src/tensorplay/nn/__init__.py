@@ -23,9 +23,12 @@ from tensorplay.nn.modules.activation import (
     Softmax,
     Tanh,
 )
+from tensorplay.nn.modules.activation_attention import MultiheadAttention
+from tensorplay.nn.modules.batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d
+from tensorplay.nn.modules.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from tensorplay.nn.modules.dropout import Dropout
 from tensorplay.nn.modules.flatten import Flatten
-from tensorplay.nn.modules.linear import Identity, Linear
+from tensorplay.nn.modules.linear import Bilinear, Identity, Linear
 from tensorplay.nn.modules.loss import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -34,7 +37,8 @@ from tensorplay.nn.modules.loss import (
     MSELoss,
     NLLLoss,
 )
-from tensorplay.nn.modules.normalization import LayerNorm
+from tensorplay.nn.modules.normalization import GroupNorm, LayerNorm, RMSNorm
+from tensorplay.nn.modules.pooling import AdaptiveAvgPool2d, AvgPool2d, MaxPool2d
 from tensorplay.nn.modules.sparse import Embedding
 from tensorplay.nn.parameter import Buffer, Parameter
 
@@ -64,6 +68,20 @@ __all__ = [
     "Flatten",
     "Embedding",
     "LayerNorm",
+    "GroupNorm",
+    "RMSNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "Bilinear",
+    "MultiheadAttention",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "MaxPool2d",
+    "AvgPool2d",
+    "AdaptiveAvgPool2d",
     "MSELoss",
     "L1Loss",
     "CrossEntropyLoss",

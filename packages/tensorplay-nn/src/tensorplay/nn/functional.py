@@ -12,6 +12,24 @@ from collections.abc import Sequence
 
 import tensorplay as tp
 from tensorplay import Tensor
+from tensorplay.nn._functional_conv import (
+    adaptive_avg_pool2d,
+    avg_pool2d,
+    conv1d,
+    conv2d,
+    conv_transpose1d,
+    conv_transpose2d,
+    max_pool2d,
+)
+from tensorplay.nn._functional_norm import (
+    batch_norm,
+    bilinear,
+    group_norm,
+    multi_head_attention_forward,
+    pad,
+    rms_norm,
+    scaled_dot_product_attention,
+)
 
 __all__ = [
     "linear",
@@ -33,6 +51,20 @@ __all__ = [
     "cross_entropy",
     "binary_cross_entropy",
     "binary_cross_entropy_with_logits",
+    "batch_norm",
+    "group_norm",
+    "rms_norm",
+    "scaled_dot_product_attention",
+    "multi_head_attention_forward",
+    "pad",
+    "bilinear",
+    "conv1d",
+    "conv2d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "max_pool2d",
+    "avg_pool2d",
+    "adaptive_avg_pool2d",
 ]
 
 _REDUCTIONS = ("none", "mean", "sum")
@@ -244,29 +276,38 @@ def layer_norm(
 
 
 def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
-    """``(*tensor.shape, num_classes)`` int64 tensor with a 1 at each class index."""
+    """``(*tensor.shape, num_classes)`` int64 tensor with a 1 at each class index;
+    ``num_classes=-1`` infers ``max + 1``."""
     if tensor.dtype != tp.int64:
         raise RuntimeError(
-            f"one_hot is only applicable to index tensor of dtype int64, got {tensor.dtype}"
+            "one_hot is only applicable to index tensor of type LongTensor (int64), got "
+            f"{tensor.dtype}; convert the indices with .long()"
         )
-    if tensor.numel():
+    if num_classes < -1:
+        raise RuntimeError(
+            f"one_hot(): num_classes should be -1 (infer) or non-negative, got {num_classes}"
+        )
+    if tensor.numel() == 0:
+        if num_classes <= 0:
+            raise RuntimeError(
+                "one_hot(): Can not infer total number of classes from empty tensor; "
+                "pass num_classes"
+            )
+    elif num_classes == -1 or tensor.device.type == "cpu":
         if bool((tensor < 0).any()):
             raise RuntimeError("one_hot(): Class values must be non-negative.")
         top = int(tensor.max().item())
-    else:
-        top = -1
-    if num_classes == -1:
-        if not tensor.numel():
+        if num_classes == -1:
+            num_classes = top + 1
+        elif top >= num_classes:
             raise RuntimeError(
-                "one_hot(): Can not infer total number of classes from empty tensor."
+                f"one_hot(): Class values must be smaller than num_classes ({num_classes}), "
+                f"got {top}."
             )
-        num_classes = top + 1
-    elif top >= num_classes:
-        raise RuntimeError(
-            f"one_hot(): Class values must be smaller than num_classes ({num_classes}), got {top}"
-        )
-    classes = tp.arange(num_classes, dtype=tp.int64, device=tensor.device)
-    return (tensor.unsqueeze(-1) == classes).to(tp.int64)
+    out = tp.zeros((*tensor.shape, num_classes), dtype=tp.int64, device=tensor.device)
+    # on CUDA with num_classes given, scatter checks the indices on the device (reported at
+    # the next synchronisation): a host read here would stall every step
+    return out.scatter_(-1, tensor.unsqueeze(-1), tp.ones_like(tensor).unsqueeze(-1))
 
 
 # --------------------------------------------------------------------------- losses

@@ -202,3 +202,14 @@ def _kaiming_std(tensor: Tensor, a: float, mode: str, nonlinearity: str) -> floa
     """``gain / sqrt(fan)``: the standard deviation both Kaiming initialisations draw with."""
     fan = _calculate_correct_fan(tensor, mode)
     return calculate_gain(nonlinearity, a) / math.sqrt(fan)
+
+
+def _fan_in_uniform_(weight: Tensor, bias: Tensor | None) -> None:
+    """torch's default initialisation of Linear and convolution layers:
+    ``kaiming_uniform_(a=sqrt(5))`` on the weight, which is U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)), and the same bound for the bias."""
+    kaiming_uniform_(weight, a=math.sqrt(5))
+    if bias is not None:
+        fan_in, _ = _calculate_fan_in_and_fan_out(weight)
+        bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+        uniform_(bias, -bound, bound)

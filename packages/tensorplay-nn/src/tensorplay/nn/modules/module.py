@@ -2,8 +2,9 @@
 
 A module owns parameters (``_parameters``), buffers (``_buffers``) and child modules
 (``_modules``), all registered by attribute assignment; ``__call__`` runs the forward
-pre-hooks, ``forward`` and the forward hooks. ``state_dict`` / ``load_state_dict`` save and
-restore the tensors by dotted name; unlike PyTorch, a load that fails changes nothing.
+pre-hooks, ``forward`` and the forward hooks, and wires the full backward (pre-)hooks into the
+autograd graph. ``state_dict`` / ``load_state_dict`` save and restore the tensors by dotted
+name; unlike PyTorch, a load that fails changes nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import itertools
+import warnings
 import weakref
 from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterator, Mapping
@@ -183,6 +185,8 @@ class Module:
         setattr_(self, "_forward_hooks_always_called", OrderedDict())
         setattr_(self, "_forward_pre_hooks", OrderedDict())
         setattr_(self, "_forward_pre_hooks_with_kwargs", OrderedDict())
+        setattr_(self, "_backward_hooks", OrderedDict())
+        setattr_(self, "_backward_pre_hooks", OrderedDict())
         setattr_(self, "_state_dict_hooks", OrderedDict())
         setattr_(self, "_state_dict_pre_hooks", OrderedDict())
         setattr_(self, "_load_state_dict_pre_hooks", OrderedDict())
@@ -406,7 +410,12 @@ class Module:
     # ---- calling ------------------------------------------------------------------------
 
     def _call_impl(self, *args: Any, **kwargs: Any) -> Any:
-        if not (self._forward_hooks or self._forward_pre_hooks):
+        if not (
+            self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+        ):
             return self.forward(*args, **kwargs)
         called_always: set = set()
         try:
@@ -425,6 +434,12 @@ class Module:
                     res = hook(self, args)
                     if res is not None:
                         args = res if isinstance(res, tuple) else (res,)
+            bw_hook = None
+            if self._backward_hooks or self._backward_pre_hooks:
+                # the hooks registered now serve this call's backward, as in torch
+                hooks, pre_hooks = self._backward_hooks, self._backward_pre_hooks
+                bw_hook = _BackwardHook(self, list(hooks.values()), list(pre_hooks.values()))
+                args = bw_hook.setup_input_hook(args)
             result = self.forward(*args, **kwargs)
             for hook_id, hook in list(self._forward_hooks.items()):
                 if hook_id in self._forward_hooks_always_called:
@@ -435,6 +450,14 @@ class Module:
                     res = hook(self, args, result)
                 if res is not None:
                     result = res
+            if bw_hook is not None:
+                if not isinstance(result, (Tensor, tuple)):
+                    warnings.warn(
+                        "For backward hooks to be called, module output should be a Tensor or a "
+                        f"tuple of Tensors but received {type(result)}",
+                        stacklevel=2,
+                    )
+                result = bw_hook.setup_output_hook(result)
             return result
         except Exception:
             for hook_id, hook in list(self._forward_hooks.items()):
@@ -496,6 +519,41 @@ class Module:
             self._forward_hooks_always_called[handle.id] = True
         if prepend:
             self._forward_hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_full_backward_pre_hook(
+        self, hook: Callable, prepend: bool = False
+    ) -> RemovableHandle:
+        """``hook(module, grad_output)`` runs when the gradients of this module's outputs are
+        known, before the gradients of its inputs are computed; it may return a new
+        ``grad_output`` (a tuple as long as the one it got). ``grad_output`` has an entry per
+        output (None for a non-tensor one and for an output that got no gradient)."""
+        if not callable(hook):
+            raise TypeError(
+                "register_full_backward_pre_hook(hook=): expected a callable, got "
+                f"{_typename(hook)}"
+            )
+        handle = RemovableHandle(self._backward_pre_hooks)
+        self._backward_pre_hooks[handle.id] = hook
+        if prepend:
+            self._backward_pre_hooks.move_to_end(handle.id, last=False)
+        return handle
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` runs when the gradients of this module's
+        positional inputs are computed; it may return a new ``grad_input`` (a tuple as long as
+        the one it got) that replaces them. Entries are None for non-tensor arguments; keyword
+        arguments are not included. When no input requires grad, it runs with ``grad_input``
+        all None (and must return None), like torch. The hooks registered when the module is
+        called are the ones its backward runs."""
+        if not callable(hook):
+            raise TypeError(
+                f"register_full_backward_hook(hook=): expected a callable, got {_typename(hook)}"
+            )
+        handle = RemovableHandle(self._backward_hooks)
+        self._backward_hooks[handle.id] = hook
+        if prepend:
+            self._backward_hooks.move_to_end(handle.id, last=False)
         return handle
 
     # ---- traversal ----------------------------------------------------------------------
@@ -976,6 +1034,163 @@ class Module:
             else:
                 main += "\n  " + "\n  ".join(lines) + "\n"
         return main + ")"
+
+
+class BackwardHookFunction(tp.autograd.Function):
+    """Identity on tensors: its one backward node is where a module's backward hooks see the
+    gradients of all its inputs (or outputs) at once."""
+
+    @staticmethod
+    def forward(ctx: Any, *args: Tensor) -> tuple:
+        ctx.mark_non_differentiable(*[a for a in args if not a.requires_grad])
+        return args
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> tuple:
+        return grads
+
+    @staticmethod
+    def jvp(ctx: Any, *tangents: Any) -> tuple:
+        return tangents
+
+
+class _BackwardHook:
+    """One module call's backward hooks (torch's ``torch.utils.hooks.BackwardHook``): the
+    positional tensor inputs and the tensor outputs each go through a ``BackwardHookFunction``;
+    the output node's hook runs the pre-hooks and keeps ``grad_output``, the input node's hook
+    runs the hooks with ``grad_input`` and passes on what they return."""
+
+    def __init__(self, module: Module, hooks: list, pre_hooks: list) -> None:
+        self.module, self.hooks, self.pre_hooks = module, hooks, pre_hooks
+        self.grad_outputs: tuple | None = None
+        self.n_inputs = self.n_outputs = -1
+        self.input_index: list[int] | None = None
+        self.output_index: list[int] | None = None
+        self.input_meta: list[tuple] = []
+        self.output_meta: list[tuple] = []
+
+    @staticmethod
+    def _pack(index: list[int], values: Any, size: int) -> tuple:
+        res: list[Any] = [None] * size
+        for i, v in zip(index, values):
+            res[i] = v
+        return tuple(res)
+
+    def _check(self, grads: Any, index: list[int], meta: list[tuple], what: str) -> tuple:
+        """What the hooks returned, for the tensors at ``index``: each None or a tensor of
+        the shape and dtype of the one it is the gradient of (torch's rule for hooks)."""
+        out = []
+        name = self.module._get_name()
+        for i, (shape, dtype) in zip(index, meta):
+            g = grads[i]
+            if g is not None:
+                if not isinstance(g, Tensor):
+                    raise TypeError(
+                        f"backward hook of {name} returned {what}[{i}] of type "
+                        f"{_typename(g)}; expected a Tensor or None"
+                    )
+                if tuple(g.shape) != shape:
+                    raise RuntimeError(
+                        f"backward hook of {name} has changed the size of value: {what}[{i}] "
+                        f"was {list(shape)}, got {list(g.shape)}; return a gradient shaped "
+                        "like the tensor it belongs to"
+                    )
+                if g.dtype is not dtype:
+                    raise RuntimeError(
+                        f"backward hook of {name} has changed the type of value: {what}[{i}] "
+                        f"was {dtype}, got {g.dtype}; return grad.to({dtype}) instead"
+                    )
+            out.append(g)
+        return tuple(out)
+
+    def _apply_on_tensors(self, fn: Callable, args: tuple) -> tuple:
+        index, tensors = [], []
+        for i, a in enumerate(args):
+            if isinstance(a, Tensor):
+                index.append(i)
+                tensors.append(a)
+        if not (any(t.requires_grad for t in tensors) and tp.is_grad_enabled()):
+            return args, None, []
+        new = BackwardHookFunction.apply(*tensors)
+        grad_fn = next(t.grad_fn for t in new if t.grad_fn is not None)
+        fn(grad_fn)
+        items = list(args)
+        for i, t in zip(index, new):
+            items[i] = t
+        # a namedtuple output is rebuilt as one
+        out = tuple(items) if type(args) is tuple else type(args)(*items)
+        return out, index, [(tuple(t.shape), t.dtype) for t in tensors]
+
+    def setup_input_hook(self, args: tuple) -> tuple:
+        def fn(grad_fn: Any) -> None:
+            def hook(grad_input: tuple, _grad_output: tuple) -> tuple | None:
+                if self.grad_outputs is None:
+                    # the inputs got a gradient that did not pass through the outputs
+                    return None
+                assert self.input_index is not None
+                res = self._pack(self.input_index, grad_input, self.n_inputs)
+                for user_hook in self.hooks:
+                    out = user_hook(self.module, res, self.grad_outputs)
+                    if out is None:
+                        continue
+                    if len(out) != len(res):
+                        raise RuntimeError(
+                            "Backward hook returned an invalid number of grad_input, "
+                            f"got {len(out)}, but expected {len(res)}"
+                        )
+                    res = out
+                self.grad_outputs = None
+                return self._check(res, self.input_index, self.input_meta, "grad_input")
+
+            grad_fn.register_hook(hook)
+
+        res, self.input_index, self.input_meta = self._apply_on_tensors(fn, args)
+        self.n_inputs = len(args)
+        return res
+
+    def setup_output_hook(self, result: Any) -> Any:
+        def fn(grad_fn: Any) -> None:
+            def hook(_grad_input: tuple, grad_output: tuple) -> tuple | None:
+                assert self.output_index is not None
+                self.grad_outputs = self._pack(self.output_index, grad_output, self.n_outputs)
+                for pre_hook in self.pre_hooks:
+                    new = pre_hook(self.module, self.grad_outputs)
+                    if new is None:
+                        continue
+                    if len(new) != len(self.grad_outputs):
+                        raise RuntimeError(
+                            "Backward pre hook returned an invalid number of grad_output, "
+                            f"got {len(new)}, but expected {len(self.grad_outputs)}"
+                        )
+                    self.grad_outputs = tuple(new)
+                local = self.grad_outputs
+                if self.input_index is None:
+                    # no input requires grad: the input node never runs, so the hooks run here
+                    warnings.warn(
+                        "Full backward hook is firing when gradients are computed with respect "
+                        "to module outputs since no inputs require gradients.",
+                        stacklevel=2,
+                    )
+                    grad_inputs = (None,) * self.n_inputs
+                    for user_hook in self.hooks:
+                        res = user_hook(self.module, grad_inputs, self.grad_outputs)
+                        if res is not None and not (
+                            isinstance(res, tuple) and all(r is None for r in res)
+                        ):
+                            raise RuntimeError(
+                                "Backward hook for Modules where no input requires gradient "
+                                "should always return None or None for all gradients."
+                            )
+                    self.grad_outputs = None
+                return self._check(local, self.output_index, self.output_meta, "grad_output")
+
+            grad_fn.register_hook(hook)
+
+        is_tuple = isinstance(result, tuple)
+        args = result if is_tuple else (result,)
+        res, self.output_index, self.output_meta = self._apply_on_tensors(fn, args)
+        self.n_outputs = len(args)
+        return res if is_tuple else res[0]
 
 
 def _do_load(action: tuple) -> None:
