@@ -45,7 +45,12 @@ SIBLINGS = {  # distribution folder -> the package(s) it adds under tensorplay
     "tensorplay-compile": ["tensorplay.graph", "tensorplay.compiler"],
     "tensorplay-kernels": ["tensorplay.kernels"],
     "tensorplay-cppjit": ["tensorplay.utils.cpp_jit"],
-    "tensorplay-nn": ["tensorplay.nn", "tensorplay.optim", "tensorplay.utils.data"],
+    "tensorplay-nn": [
+        "tensorplay.nn",
+        "tensorplay.optim",
+        "tensorplay.utils.data",
+        "tensorplay.serialization",
+    ],
 }
 # Core modules that may import the package face (contract 4), and why.
 FACE_USERS = {

@@ -124,7 +124,11 @@ _LAZY = {
     "kernels": "tensorplay-kernels",
     "nn": "tensorplay-nn",
     "optim": "tensorplay-nn",
+    "save": "tensorplay-nn",
+    "load": "tensorplay-nn",
 }
+# Lazy names that are a function of a component's module: name -> that module.
+_LAZY_FUNCTIONS = {"compile": "compiler", "save": "serialization", "load": "serialization"}
 
 
 def __getattr__(name: str):
@@ -141,7 +145,7 @@ def __getattr__(name: str):
     if name in _LAZY:
         import importlib
 
-        mod_name = "compiler" if name == "compile" else name
+        mod_name = _LAZY_FUNCTIONS.get(name, name)
         try:
             mod = importlib.import_module(f"tensorplay.{mod_name}")
         except ImportError as e:
@@ -149,7 +153,7 @@ def __getattr__(name: str):
                 f"tensorplay.{name} needs the {_LAZY[name]} distribution: "
                 f"pip install ./packages/{_LAZY[name]} ({e})"
             ) from e
-        return mod.compile if name == "compile" else mod
+        return getattr(mod, name) if name in _LAZY_FUNCTIONS else mod
     raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")
 
 
