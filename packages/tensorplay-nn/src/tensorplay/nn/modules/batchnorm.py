@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import tensorplay as tp
 from tensorplay import Tensor
-from tensorplay.nn import _functional_norm as FN, init
+from tensorplay.nn import _functional_norm as FN
 from tensorplay.nn.modules.module import Module
-from tensorplay.nn.parameter import Parameter
+from tensorplay.nn.modules.normalization import _affine_parameters, _reset_affine
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "BatchNorm3d"]
 
@@ -37,15 +37,7 @@ class _NormBase(Module):
         self.momentum = momentum
         self.affine = affine
         self.track_running_stats = track_running_stats
-        if affine:
-            self.weight = Parameter(tp.empty(num_features, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(tp.empty(num_features, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_features,), affine, bias, device, dtype)
         if track_running_stats:
             self.register_buffer("running_mean", tp.zeros(num_features, device=device, dtype=dtype))
             self.register_buffer("running_var", tp.ones(num_features, device=device, dtype=dtype))
@@ -65,10 +57,7 @@ class _NormBase(Module):
 
     def reset_parameters(self) -> None:
         self.reset_running_stats()
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def _check_input_dim(self, input: Tensor) -> None:
         raise NotImplementedError

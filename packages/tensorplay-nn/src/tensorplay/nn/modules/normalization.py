@@ -14,6 +14,26 @@ from tensorplay.nn.parameter import Parameter
 __all__ = ["LayerNorm", "GroupNorm", "RMSNorm"]
 
 
+def _affine_parameters(module: Module, shape, affine: bool, bias: bool, device, dtype) -> None:
+    """The norm layers' scale and shift: ``weight`` and (unless ``bias`` is False) ``bias``
+    of ``shape`` when ``affine``, registered as None otherwise; ``_reset_affine`` fills
+    them."""
+
+    def new():
+        return Parameter(tp.empty(*shape, device=device, dtype=dtype))
+
+    module.register_parameter("weight", new() if affine else None)
+    module.register_parameter("bias", new() if affine and bias else None)
+
+
+def _reset_affine(module: Module) -> None:
+    """``weight`` to ones and ``bias`` to zeros, where they exist (torch's defaults)."""
+    if module.weight is not None:
+        init.ones_(module.weight)
+    if module.bias is not None:
+        init.zeros_(module.bias)
+
+
 class LayerNorm(Module):
     """Normalise over the trailing ``normalized_shape`` dims (biased variance, ``eps``),
     then scale by ``weight`` (ones) and shift by ``bias`` (zeros) if
@@ -34,22 +54,11 @@ class LayerNorm(Module):
         self.normalized_shape = tuple(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = Parameter(tp.empty(*self.normalized_shape, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(tp.empty(*self.normalized_shape, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, self.normalized_shape, elementwise_affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.elementwise_affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         k = len(self.normalized_shape)
@@ -92,22 +101,11 @@ class GroupNorm(Module):
         self.num_channels = num_channels
         self.eps = eps
         self.affine = affine
-        if affine:
-            self.weight = Parameter(tp.empty(num_channels, device=device, dtype=dtype))
-            if bias:
-                self.bias = Parameter(tp.empty(num_channels, device=device, dtype=dtype))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        _affine_parameters(self, (num_channels,), affine, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            init.ones_(self.weight)
-            if self.bias is not None:
-                init.zeros_(self.bias)
+        _reset_affine(self)
 
     def forward(self, input: Tensor) -> Tensor:
         if input.ndim < 2 or input.shape[1] != self.num_channels:
