@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tensorplay as tp
-from tensorplay.nn import _functional_conv as FC
+from tensorplay.nn import functional as FC
 from tensorplay.nn.modules.activation import ReLU
 from tensorplay.nn.modules.conv import Conv1d, Conv2d, ConvTranspose1d, ConvTranspose2d
 from tensorplay.nn.modules.flatten import Flatten

@@ -12,15 +12,6 @@ from collections.abc import Sequence
 
 import tensorplay as tp
 from tensorplay import Tensor
-from tensorplay.nn._functional_conv import (
-    adaptive_avg_pool2d,
-    avg_pool2d,
-    conv1d,
-    conv2d,
-    conv_transpose1d,
-    conv_transpose2d,
-    max_pool2d,
-)
 from tensorplay.nn._functional_norm import (
     batch_norm,
     bilinear,
@@ -30,6 +21,16 @@ from tensorplay.nn._functional_norm import (
     rms_norm,
     scaled_dot_product_attention,
 )
+
+# Convolution and pooling: torch's F.conv2d is torch.conv2d, and here too the op-table rows
+# (kernels, shape checks, gradients, torch's signatures) are the functional forms.
+conv1d = tp.conv1d
+conv2d = tp.conv2d
+conv_transpose1d = tp.conv_transpose1d
+conv_transpose2d = tp.conv_transpose2d
+max_pool2d = tp.max_pool2d
+avg_pool2d = tp.avg_pool2d
+adaptive_avg_pool2d = tp.adaptive_avg_pool2d
 
 __all__ = [
     "linear",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorplay as tp
 from tensorplay import Tensor
-from tensorplay.nn import _functional_conv as FC, init
+from tensorplay.nn import functional as F, init
 from tensorplay.nn.modules.module import Module
 from tensorplay.nn.parameter import Parameter
 
@@ -199,7 +199,7 @@ class Conv1d(_Conv):
     _nd = 1
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._run(FC.conv1d, input, self.stride, self.padding, self.dilation, self.groups)
+        return self._run(F.conv1d, input, self.stride, self.padding, self.dilation, self.groups)
 
 
 class Conv2d(_Conv):
@@ -211,7 +211,7 @@ class Conv2d(_Conv):
     _nd = 2
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._run(FC.conv2d, input, self.stride, self.padding, self.dilation, self.groups)
+        return self._run(F.conv2d, input, self.stride, self.padding, self.dilation, self.groups)
 
 
 class _ConvTranspose(_ConvNd):
@@ -295,7 +295,7 @@ class ConvTranspose1d(_ConvTranspose):
         self._check_input(input)
         op = self._output_padding(input, output_size)
         return self._run(
-            FC.conv_transpose1d, input, self.stride, self.padding, op, self.groups, self.dilation
+            F.conv_transpose1d, input, self.stride, self.padding, op, self.groups, self.dilation
         )
 
 
@@ -310,5 +310,5 @@ class ConvTranspose2d(_ConvTranspose):
         self._check_input(input)
         op = self._output_padding(input, output_size)
         return self._run(
-            FC.conv_transpose2d, input, self.stride, self.padding, op, self.groups, self.dilation
+            F.conv_transpose2d, input, self.stride, self.padding, op, self.groups, self.dilation
         )

@@ -7,7 +7,7 @@ Arguments are kept as given (``kernel_size=2`` stays an int; ``stride`` defaults
 from __future__ import annotations
 
 from tensorplay import Tensor
-from tensorplay.nn import _functional_conv as FC
+from tensorplay.nn import functional as F
 from tensorplay.nn.modules.module import Module
 
 __all__ = ["MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d"]
@@ -52,7 +52,7 @@ class MaxPool2d(_Pool2d):
 
     def forward(self, input: Tensor):
         return self._run(
-            FC.max_pool2d,
+            F.max_pool2d,
             input,
             self.kernel_size,
             self.stride,
@@ -92,7 +92,7 @@ class AvgPool2d(_Pool2d):
 
     def forward(self, input: Tensor) -> Tensor:
         return self._run(
-            FC.avg_pool2d,
+            F.avg_pool2d,
             input,
             self.kernel_size,
             self.stride,
@@ -115,7 +115,7 @@ class AdaptiveAvgPool2d(_Pool2d):
         self.output_size = output_size
 
     def forward(self, input: Tensor) -> Tensor:
-        return self._run(FC.adaptive_avg_pool2d, input, self.output_size)
+        return self._run(F.adaptive_avg_pool2d, input, self.output_size)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"
