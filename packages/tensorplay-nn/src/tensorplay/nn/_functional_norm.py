@@ -319,8 +319,7 @@ def scaled_dot_product_attention(
     scale_factor = 1.0 / math.sqrt(e) if scale is None else scale
     scores = tp.matmul(query * scale_factor, key.transpose(-2, -1))
     if is_causal:
-        rows = tp.arange(length, device=query.device).unsqueeze(-1)
-        allowed = rows >= tp.arange(src, device=query.device)
+        allowed = tp.tril(tp.ones(length, src, dtype=tp.bool, device=query.device))
         scores = tp.where(allowed, scores, _NEG_INF)
     elif attn_mask is not None:
         if attn_mask.dtype == tp.bool:
