@@ -18,7 +18,7 @@ import numpy as np
 
 import tensorplay as tp
 
-from .dataset import IterableDataset
+from .dataset import IterableDataset, _collated_gather
 
 __all__ = ["WorkerInfo", "get_worker_info"]
 
@@ -108,13 +108,20 @@ class _ResumeIteration:
 
 
 class _MapDatasetFetcher:
-    def __init__(self, dataset, auto_collation, collate_fn, drop_last) -> None:
+    def __init__(self, dataset, auto_collation, collate_fn, drop_last, default_collation) -> None:
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
         self.drop_last = drop_last
+        # a user's collate_fn is owed the list of samples; default_collate's result can be
+        # gathered directly from some datasets
+        self.gather = _collated_gather(dataset) if auto_collation and default_collation else None
 
     def fetch(self, possibly_batched_index):
+        if self.gather is not None:
+            batch = self.gather(possibly_batched_index)
+            if batch is not None:
+                return batch
         if self.auto_collation:
             getitems = getattr(self.dataset, "__getitems__", None)
             if getitems:
@@ -127,7 +134,7 @@ class _MapDatasetFetcher:
 
 
 class _IterableDatasetFetcher:
-    def __init__(self, dataset, auto_collation, collate_fn, drop_last) -> None:
+    def __init__(self, dataset, auto_collation, collate_fn, drop_last, default_collation) -> None:
         self.dataset = dataset
         self.auto_collation = auto_collation
         self.collate_fn = collate_fn
@@ -153,9 +160,12 @@ class _IterableDatasetFetcher:
         return self.collate_fn(data)
 
 
-def create_fetcher(dataset, auto_collation, collate_fn, drop_last):
+def create_fetcher(dataset, auto_collation, collate_fn, drop_last, default_collation):
+    """The fetcher turning index batches into batches; ``default_collation`` says that
+    ``collate_fn`` is ``default_collate`` (which lets a map-style fetcher gather batches
+    directly, see ``_collated_gather``)."""
     cls = _IterableDatasetFetcher if isinstance(dataset, IterableDataset) else _MapDatasetFetcher
-    return cls(dataset, auto_collation, collate_fn, drop_last)
+    return cls(dataset, auto_collation, collate_fn, drop_last, default_collation)
 
 
 def _seed_worker(seed: int, base_seed: int, worker_id: int) -> None:
@@ -188,6 +198,7 @@ def _worker_loop(
     auto_collation,
     collate_fn,
     drop_last,
+    default_collation,
     base_seed,
     init_fn,
     worker_id,
@@ -203,7 +214,9 @@ def _worker_loop(
         try:
             if init_fn is not None:
                 init_fn(worker_id)
-            fetcher = create_fetcher(dataset, auto_collation, collate_fn, drop_last)
+            fetcher = create_fetcher(
+                dataset, auto_collation, collate_fn, drop_last, default_collation
+            )
         except Exception:
             init_exception = ExceptionWrapper(where=f"in DataLoader worker process {worker_id}")
         iteration_end = False
@@ -219,7 +232,9 @@ def _worker_loop(
                 data_queue.put(pickle.dumps((r, None)))
                 iteration_end = False
                 try:
-                    fetcher = create_fetcher(dataset, auto_collation, collate_fn, drop_last)
+                    fetcher = create_fetcher(
+                        dataset, auto_collation, collate_fn, drop_last, default_collation
+                    )
                 except Exception:
                     init_exception = ExceptionWrapper(
                         where=f"in DataLoader worker process {worker_id}"

@@ -248,6 +248,9 @@ class DataLoader:
             Once CUDA is in use in the main process, pass
             ``multiprocessing_context="spawn"`` (a forked child cannot use CUDA).
         collate_fn: merges a list of samples into a batch (default :func:`default_collate`).
+            With ``default_collate``, a :class:`TensorDataset` (or a :class:`Subset` of one)
+            is gathered with one index op per tensor, giving the same batch as collating its
+            samples; any other ``collate_fn`` gets the list of samples.
         pin_memory: accepted for compatibility; tensors are page-locked only when a CUDA
             device is available and tensors support ``pin_memory()`` - otherwise (e.g. on a
             machine without CUDA) it is a no-op.
@@ -474,6 +477,7 @@ class _BaseDataLoaderIter:
         self._pin_memory = loader.pin_memory and tp.cuda.is_available()
         self._timeout = loader.timeout
         self._collate_fn = loader.collate_fn
+        self._default_collation = loader.collate_fn is default_collate
         self._sampler_iter = iter(self._index_sampler)
         # drawn for every iterator (as torch does) so the generator's stream does not depend
         # on num_workers
@@ -526,7 +530,11 @@ class _SingleProcessDataLoaderIter(_BaseDataLoaderIter):
     def __init__(self, loader: DataLoader) -> None:
         super().__init__(loader)
         self._fetcher = _worker.create_fetcher(
-            self._dataset, self._auto_collation, self._collate_fn, self._drop_last
+            self._dataset,
+            self._auto_collation,
+            self._collate_fn,
+            self._drop_last,
+            self._default_collation,
         )
 
     def _next_data(self):
@@ -565,6 +573,7 @@ class _MultiProcessingDataLoaderIter(_BaseDataLoaderIter):
                     self._auto_collation,
                     self._collate_fn,
                     self._drop_last,
+                    self._default_collation,
                     self._base_seed,
                     self._worker_init_fn,
                     i,

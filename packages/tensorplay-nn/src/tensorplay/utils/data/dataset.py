@@ -14,6 +14,8 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
+import numpy as np
+
 import tensorplay as tp
 
 __all__ = [
@@ -242,6 +244,34 @@ class Subset(Dataset[T_co]):
 
     def __len__(self) -> int:
         return len(self.indices)
+
+
+def _collated_gather(dataset):
+    """A shortcut for ``default_collate([dataset[i] for i in indices])``, or None.
+
+    For a :class:`TensorDataset` of tensors, directly or under :class:`Subset` s, that batch is
+    ``[t[indices] for t in tensors]``: one index op per tensor instead of a ``__getitem__`` per
+    sample and a stack per tensor.  Only the exact classes qualify, since a subclass may
+    override ``__getitem__``.  The returned function gives None for indices that are not a
+    flat sequence of integers; the caller then fetches sample by sample.
+    """
+    if type(dataset) is Subset:
+        inner = _collated_gather(dataset.dataset)
+        if inner is None:
+            return None
+        subset_indices = dataset.indices
+        return lambda indices: inner([subset_indices[i] for i in indices])
+    if type(dataset) is not TensorDataset or not all(tp.is_tensor(t) for t in dataset.tensors):
+        return None
+    tensors = dataset.tensors
+
+    def gather(indices):
+        rows = np.asarray(indices)
+        if rows.ndim != 1 or rows.dtype.kind not in "iu":
+            return None
+        return [t[rows] for t in tensors]
+
+    return gather
 
 
 def random_split(
