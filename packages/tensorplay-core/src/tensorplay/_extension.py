@@ -16,7 +16,8 @@ distributions share one version and pin each other exactly).
 
 from __future__ import annotations
 
-from tensorplay import _ops
+from tensorplay import _device_checks, _ops
+from tensorplay._device import cupy_or_raise
 from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kernel, state
 from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
 from tensorplay._tensor import alias_of, data_ptr_of
@@ -35,6 +36,8 @@ __all__ = [
     "DLTensor",
     "data_ptr_of",
     "alias_of",
+    "cupy_or_raise",
+    "cuda_capturing",
 ]
 
 # ---- the dispatcher ------------------------------------------------------------------------
@@ -60,3 +63,13 @@ register_op_name = _ops.add
 # alias_of(t): a new Tensor object over t's memory and geometry, without autograd history and
 # not a view of t (tensorplay-nn's Parameter: an optimizer's in-place update of a parameter
 # then takes the same fast path as any tensor that owns its memory).
+
+# ---- CUDA -------------------------------------------------------------------------------------
+# cupy_or_raise(): the cupy module, or the error that says how to install it.
+# cuda_capturing(): whether a CUDA graph capture is running (on any stream): code that would
+# upload host data or synchronise takes its capturable route then (tensorplay-nn's
+# multi-tensor optimizer updates).
+
+
+def cuda_capturing() -> bool:
+    return bool(_device_checks._capturing)

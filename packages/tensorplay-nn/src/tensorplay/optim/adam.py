@@ -7,13 +7,15 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import Tensor
+from tensorplay._extension import cuda_capturing
+from tensorplay.optim import _foreach
 from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_grad, _to_scalar
 
 __all__ = ["Adam"]
 
 
 class Adam(Optimizer):
-    """Adam, as ``torch.optim.Adam`` (single-tensor path).
+    """Adam, as ``torch.optim.Adam``.
 
     For each parameter with a gradient ``g`` (negated when ``maximize``), at step ``t``::
 
@@ -27,6 +29,12 @@ class Adam(Optimizer):
 
     ``state[p]`` holds ``step`` (a float32 scalar tensor), ``exp_avg``, ``exp_avg_sq`` and,
     with ``amsgrad``, ``max_exp_avg_sq``.
+
+    ``foreach=None`` (the default) or ``True`` updates all parameters of a group at once
+    where they are plain contiguous float32/float64 tensors on one device: numpy in place on
+    the CPU, one kernel launch for the group on CUDA. ``foreach=False``, and any other case,
+    runs one tensorplay op per arithmetic step and parameter. Both compute the same
+    arithmetic in the same order.
     """
 
     _name = "Adam"
@@ -80,47 +88,122 @@ class Adam(Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one optimisation step; returns ``closure()``'s loss when given."""
+        _refuse_capture(self._name)
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
-                lr = _to_scalar(group["lr"])
-                beta1, beta2 = (_to_scalar(b) for b in group["betas"])
-                eps = group["eps"]
-                weight_decay = group["weight_decay"]
                 amsgrad = group["amsgrad"]
-                maximize = group["maximize"]
-                decoupled = group.get("decoupled_weight_decay", False)
-                for p in _params_with_grad(group, self._name, real_only=True):
-                    grad = p.grad if not maximize else -p.grad
-                    state = self._init_state(p, amsgrad)
-                    exp_avg = state["exp_avg"]
-                    exp_avg_sq = state["exp_avg_sq"]
-                    step_t = state["step"]
-                    step_t.add_(1)
-
-                    if weight_decay != 0:
-                        if decoupled:
-                            p.mul_(1 - lr * weight_decay)
-                        else:
-                            grad = grad.add(p, alpha=weight_decay)
-
-                    # torch: exp_avg.lerp_(grad, 1 - beta1)
-                    #        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                    exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
-                    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
-
-                    step = step_t.item()
-                    bias_correction1 = 1 - beta1**step
-                    bias_correction2 = 1 - beta2**step
-                    step_size = lr / bias_correction1
-                    bias_correction2_sqrt = bias_correction2**0.5
-
-                    if amsgrad:
-                        max_exp_avg_sq = state["max_exp_avg_sq"]
-                        max_exp_avg_sq.copy_(tp.maximum(max_exp_avg_sq, exp_avg_sq))
-                        denom = (max_exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                    else:
-                        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                    # param.addcdiv_(exp_avg, denom, value=-step_size)
-                    p.add_(exp_avg / denom, alpha=-step_size)
+                params = _params_with_grad(group, self._name, real_only=True)
+                if not params:
+                    continue
+                grads = [p.grad for p in params]
+                states = [self._init_state(p, amsgrad) for p in params]
+                hyper = dict(
+                    lr=_to_scalar(group["lr"]),
+                    betas=tuple(_to_scalar(b) for b in group["betas"]),
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    maximize=group["maximize"],
+                    decoupled=group.get("decoupled_weight_decay", False),
+                )
+                steps = [_advance(s["step"]) for s in states]
+                columns = [params, grads, [s["exp_avg"] for s in states]]
+                columns.append([s["exp_avg_sq"] for s in states])
+                if amsgrad:
+                    columns.append([s["max_exp_avg_sq"] for s in states])
+                if _foreach.usable(group.get("foreach"), *columns):
+                    _adam_multi(columns, steps, amsgrad, **hyper)
+                else:
+                    for i, step in enumerate(steps):
+                        _adam_one(*(c[i] for c in columns), step=step, **hyper)
         return loss
+
+
+def _refuse_capture(name: str) -> None:
+    """The bias corrections are computed on the host from the step count: a CUDA graph would
+    replay the first step's values forever, so a capture is refused (torch's
+    ``capturable=True`` is not implemented yet)."""
+    if cuda_capturing():
+        raise RuntimeError(
+            f"{name}.step() cannot be captured in a CUDA graph: its bias corrections are "
+            "computed on the host from the step count and a replay would reuse the captured "
+            "step's values (capturable=True is not supported yet); step the optimizer outside "
+            "the graph, or use SGD inside it"
+        )
+
+
+def _advance(step_t: Tensor) -> float:
+    """``step += 1`` on the step counter (a CPU float32 scalar); its new value as a float."""
+    a = step_t._data
+    if type(step_t) is Tensor and step_t.device.type == "cpu" and a is not None:
+        a += 1  # what add_(1) does, without a dispatch per parameter
+        step_t._storage._version += 1
+        return float(a)
+    step_t.add_(1)
+    return step_t.item()
+
+
+def _bias(beta1, beta2, lr, step):
+    step_size = lr / (1 - beta1**step)
+    return step_size, (1 - beta2**step) ** 0.5
+
+
+def _adam_multi(columns, steps, amsgrad, *, lr, betas, eps, weight_decay, maximize, decoupled):
+    """The multi-tensor update, once per distinct step count (normally one)."""
+    beta1, beta2 = betas
+    by_step: dict[float, list[int]] = {}
+    for i, s in enumerate(steps):
+        by_step.setdefault(s, []).append(i)
+    for step, idx in by_step.items():
+        cols = [[c[i] for i in idx] for c in columns] if len(idx) < len(steps) else columns
+        step_size, bc2_sqrt = _bias(beta1, beta2, lr, step)
+        _foreach.adam(
+            *cols[:4],
+            cols[4] if amsgrad else None,
+            lr=lr,
+            beta1=beta1,
+            beta2=beta2,
+            eps=eps,
+            weight_decay=weight_decay,
+            decoupled=decoupled,
+            maximize=maximize,
+            step_size=step_size,
+            bias_correction2_sqrt=bc2_sqrt,
+        )
+
+
+def _adam_one(
+    p,
+    grad,
+    exp_avg,
+    exp_avg_sq,
+    max_exp_avg_sq=None,
+    *,
+    step,
+    lr,
+    betas,
+    eps,
+    weight_decay,
+    maximize,
+    decoupled,
+):
+    """The reference single-tensor update, one tensorplay op per step."""
+    beta1, beta2 = betas
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        if decoupled:
+            p.mul_(1 - lr * weight_decay)
+        else:
+            grad = grad.add(p, alpha=weight_decay)
+    # torch: exp_avg.lerp_(grad, 1 - beta1)
+    #        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    exp_avg.add_(grad - exp_avg, alpha=1 - beta1)
+    exp_avg_sq.mul_(beta2).add_(grad * grad, alpha=1 - beta2)
+    step_size, bias_correction2_sqrt = _bias(beta1, beta2, lr, step)
+    if max_exp_avg_sq is not None:
+        max_exp_avg_sq.copy_(tp.maximum(max_exp_avg_sq, exp_avg_sq))
+        exp_avg_sq = max_exp_avg_sq
+    denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    # param.addcdiv_(exp_avg, denom, value=-step_size)
+    p.add_(exp_avg / denom, alpha=-step_size)

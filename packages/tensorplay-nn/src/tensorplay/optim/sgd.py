@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import Tensor
+from tensorplay.optim import _foreach
 from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_grad, _to_scalar
 
 __all__ = ["SGD"]
@@ -22,7 +23,8 @@ class SGD(Optimizer):
         g = g + momentum * buf (nesterov) or buf
         p = p - lr * g
 
-    ``state[p]["momentum_buffer"]`` holds ``buf`` when ``momentum != 0``.
+    ``state[p]["momentum_buffer"]`` holds ``buf`` when ``momentum != 0``. With momentum,
+    ``foreach`` works as in ``Adam`` from the second step on (the first creates the buffers).
     """
 
     def __init__(
@@ -58,24 +60,43 @@ class SGD(Optimizer):
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
-                lr = _to_scalar(group["lr"])
-                weight_decay = group["weight_decay"]
-                momentum = group["momentum"]
-                dampening = group["dampening"]
-                nesterov = group["nesterov"]
-                maximize = group["maximize"]
-                for p in _params_with_grad(group, "SGD"):
-                    grad = p.grad if not maximize else -p.grad
-                    if weight_decay != 0:
-                        grad = grad.add(p, alpha=weight_decay)
-                    if momentum != 0:
-                        state = self.state[p]
-                        buf = state.get("momentum_buffer")
-                        if buf is None:
-                            buf = grad.detach().clone()
-                            state["momentum_buffer"] = buf
-                        else:
-                            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
-                        grad = grad.add(buf, alpha=momentum) if nesterov else buf
-                    p.add_(grad, alpha=-lr)
+                params = _params_with_grad(group, "SGD")
+                if not params:
+                    continue
+                hyper = dict(
+                    lr=_to_scalar(group["lr"]),
+                    momentum=group["momentum"],
+                    dampening=group["dampening"],
+                    weight_decay=group["weight_decay"],
+                    nesterov=group["nesterov"],
+                    maximize=group["maximize"],
+                )
+                grads = [p.grad for p in params]
+                if hyper["momentum"] != 0:
+                    bufs = [self.state[p].get("momentum_buffer") for p in params]
+                    if None not in bufs and _foreach.usable(
+                        group.get("foreach"), params, grads, bufs
+                    ):
+                        _foreach.sgd_momentum(params, grads, bufs, **hyper)
+                        continue
+                for p, grad in zip(params, grads):
+                    _sgd_one(p, grad, self.state[p], **hyper)
         return loss
+
+
+def _sgd_one(p, grad, state, *, lr, momentum, dampening, weight_decay, nesterov, maximize):
+    """The reference single-tensor update (and every first step with momentum, which
+    creates the buffer)."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    if momentum != 0:
+        buf = state.get("momentum_buffer")
+        if buf is None:
+            buf = grad.detach().clone()
+            state["momentum_buffer"] = buf
+        else:
+            buf.mul_(momentum).add_(grad, alpha=1 - dampening)
+        grad = grad.add(buf, alpha=momentum) if nesterov else buf
+    p.add_(grad, alpha=-lr)
