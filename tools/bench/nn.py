@@ -3,6 +3,8 @@
 - one training epoch of the digits MLP (examples/digits.py's model: 64-256-10 with dropout,
   AdamW, batch 32, shuffled ``DataLoader`` over a ``TensorDataset``; scikit-learn's digits
   when installed, random data of the same shape otherwise);
+- one training epoch of a small CNN on the same images (8x8, one channel): conv 3x3 (16) -
+  ReLU - max pool 2 - conv 3x3 (32) - ReLU - flatten - linear (10), AdamW, batch 32;
 - ``nn.Linear(128, 128)`` forward + backward on a batch of 1;
 - ``optim.AdamW.step()`` over 100 parameters of 10,000 elements (torch with ``foreach=True``).
 
@@ -43,9 +45,27 @@ def digits_data() -> tuple[np.ndarray, np.ndarray, str]:
     return x_train, y_train.astype(np.int64), "sklearn digits, 1347 training samples"
 
 
-def epoch_candidates(x: np.ndarray, y: np.ndarray) -> dict:
+def _mlp(lib):
+    n = lib.nn
+    return n.Sequential(n.Linear(64, 256), n.ReLU(), n.Dropout(0.2), n.Linear(256, 10))
+
+
+def _cnn(lib):
+    n = lib.nn
+    return n.Sequential(
+        n.Conv2d(1, 16, 3, padding=1),
+        n.ReLU(),
+        n.MaxPool2d(2),
+        n.Conv2d(16, 32, 3, padding=1),
+        n.ReLU(),
+        n.Flatten(),
+        n.Linear(32 * 4 * 4, 10),
+    )
+
+
+def epoch_candidates(x: np.ndarray, y: np.ndarray, build=_mlp) -> dict:
     tp.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.2), nn.Linear(256, 10))
+    model = build(tp)
     opt = tp.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=1e-2)
     loss_fn = nn.CrossEntropyLoss()
     loader = DataLoader(
@@ -65,9 +85,7 @@ def epoch_candidates(x: np.ndarray, y: np.ndarray) -> dict:
     if torch is not None:
         tnn = torch.nn
         torch.manual_seed(0)
-        tmodel = tnn.Sequential(
-            tnn.Linear(64, 256), tnn.ReLU(), tnn.Dropout(0.2), tnn.Linear(256, 10)
-        )
+        tmodel = build(torch)
         topt = torch.optim.AdamW(tmodel.parameters(), lr=2e-3, weight_decay=1e-2)
         tloss = tnn.CrossEntropyLoss()
         tloader = torch.utils.data.DataLoader(
@@ -125,6 +143,12 @@ def main():
     results = {
         "digits MLP epoch (ms)": {
             k: v / 1e3 for k, v in compare(epoch_candidates(x, y), 1, 3 if quick else 11).items()
+        },
+        "small CNN epoch (ms)": {
+            k: v / 1e3
+            for k, v in compare(
+                epoch_candidates(x.reshape(-1, 1, 8, 8), y, _cnn), 1, 3 if quick else 7
+            ).items()
         },
         "Linear(128,128) fwd+bwd, batch 1 (µs)": compare(
             linear_candidates(), 200 if quick else 2000, 3 if quick else 11

@@ -6,7 +6,8 @@ Reading an index tensor back to check its bounds would stall the host on every
 the device (a device-side assertion, reported at the next sync); TensorPlay does the same,
 without poisoning the CUDA context:
 
-- ``checked_index`` runs one elementwise kernel over the index: each entry outside
+- ``checked_index`` runs one elementwise kernel over the index (or the op's own kernel
+  checks as it reads, ``_cuda_index``): each entry outside
   ``[0, n)`` becomes 0 (so the op itself never reads or writes out of bounds) and the
   first one met is kept in a four-word record per device (op, index, dim, size);
 - every point where the host reads device memory (``tp.cuda.synchronize()``, ``.item()``,
@@ -24,7 +25,7 @@ import numpy as np
 
 from tensorplay import _device
 
-__all__ = ["checked_index", "host_sync", "raise_pending", "to_host"]
+__all__ = ["checked_index", "check_record", "host_sync", "raise_pending", "to_host"]
 
 _records: dict = {}  # CUDA device id -> uint64[4] on it: op code (0: none), index, dim, size
 _pending: set = set()  # devices with a check launched since their record was last read
@@ -72,16 +73,21 @@ def checked_index(idx, n: int, name: str, dim: int):
     """CuPy index array ``idx`` with every entry outside ``[0, n)`` replaced by 0; the
     first such entry is recorded on the device and raised at the next synchronisation.
     (No wrapping of negative indices: gather, scatter and index_select refuse them.)"""
+    record, code = check_record(idx.device.id, name)
+    return _bounds_kernel()(idx, n, record, code, dim)
+
+
+def check_record(dev: int, name: str):
+    """``dev``'s record and ``name``'s op code, for a kernel about to check on the device
+    (this one's, or an op's own, ``_cuda_index``): it is read at the next synchronisation."""
     global _checks_launched
-    dev = idx.device.id
     record = _records.get(dev)
     if record is None:
         prepare(dev)
         record = _records[dev]
-    safe = _bounds_kernel()(idx, n, record, _code(name), dim)
     _pending.add(dev)
     _checks_launched += 1
-    return safe
+    return record, _code(name)
 
 
 def prepare(dev: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorplay import _dtype as D, _meta as M
+from tensorplay import _cuda_index, _dtype as D, _meta as M
 from tensorplay._device_checks import checked_index, to_host
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import zeros
@@ -102,6 +102,10 @@ def _gather(xp, a, dim, idx):
     if idx.size == 0:
         return xp.empty(idx.shape, a.dtype)
     a1, i1 = a.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    if xp is not np:
+        r = _cuda_index.gather(a1, d, i1)
+        if r is not None:
+            return r.reshape(idx.shape)
     i1 = _bounds(xp, i1, a1.shape[d], "gather", d)
     src = a1[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(i1.shape))]
     return xp.take_along_axis(src, i1, axis=d).reshape(idx.shape)
@@ -165,6 +169,9 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
         return out
     # a 0-d input, index or src is 1-d of size 1 (torch); ``flat`` is a view of ``out``
     flat, idx = out.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    if xp is not np and reduce != "multiply" and src is not None:
+        if _cuda_index.scatter(flat, d, idx, src.reshape(_as_1d(src.shape)), reduce == "add"):
+            return out
     idx = _bounds(xp, idx, flat.shape[d], "scatter", d)
     # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
     grid = [
@@ -261,6 +268,10 @@ def _index_select_shape(input, dim, index):
 
 def _index_select(xp, a, dim, idx):
     d = M.wrap_dim(dim, a.ndim, "index_select")
+    if xp is not np:
+        r = _cuda_index.index_select(a, d, idx)
+        if r is not None:
+            return r
     idx = _bounds(xp, idx, a.shape[d] if a.ndim else 1, "index_select", d)
     if a.ndim == 0:
         return a.copy()

@@ -507,7 +507,7 @@ def _silu_derivative(x):
 
 unary(
     "relu",
-    lambda xp, a: xp.maximum(a, 0).astype(a.dtype),
+    lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
     allow="if",
     # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
     # where(out <= 0, 0, grad) (torch's threshold_backward): NaN passes its gradient
