@@ -49,12 +49,10 @@ def test_gather_and_index_select_match_the_cpu(launches, dtype, index_dtype, dim
     _same(tp.gather(x.cuda(), dim, idx.cuda()), tp.gather(x, dim, idx))
     sel = tp.tensor(rng.integers(0, x.shape[dim], 9), dtype=index_dtype)
     _same(tp.index_select(x.cuda(), dim, sel.cuda()), tp.index_select(x, dim, sel))
-    assert launches == [
-        f"tp_gather<{_cuda_index._COPY_TYPES[x.element_size()]}, "
-        f"{_cuda_index._INDEX_TYPES[idx.numpy().dtype.char]}>",
-        f"tp_index_select<{_cuda_index._COPY_TYPES[x.element_size()]}, "
-        f"{_cuda_index._INDEX_TYPES[idx.numpy().dtype.char]}>",
-    ]
+    # one launch each (float16 may be computed in float32: the item size can differ)
+    j = _cuda_index._INDEX_TYPES[idx.numpy().dtype.char]
+    assert [k.split("<")[0] for k in launches] == ["tp_gather", "tp_index_select"]
+    assert all(k.endswith(f", {j}>") for k in launches)
 
 
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int64, tp.int32], ids=str)
@@ -73,7 +71,7 @@ def test_scatter_add_accumulates_repeated_positions(launches, dtype, dim):
         np.testing.assert_allclose(got.cpu().numpy(), want.numpy(), rtol=1e-5, atol=1e-4)
     else:
         _same(got, want)
-    assert len(launches) == 1 and launches[0].endswith("true>")
+    assert len(launches) == 1 and launches[0].startswith("tp_scatter_add<")
 
 
 def test_plain_scatter_and_the_generic_route(launches):
@@ -81,7 +79,7 @@ def test_plain_scatter_and_the_generic_route(launches):
     idx = tp.tensor([[2, 0, 1, 2]])
     src = tp.arange(4.0).reshape(1, 4)
     _same(tp.scatter(x.cuda(), 0, idx.cuda(), src.cuda()), tp.scatter(x, 0, idx, src))
-    assert launches == ["tp_scatter<unsigned int, long long, false>"]
+    assert launches == ["tp_scatter<unsigned int, long long>"]
     launches.clear()
     # src larger than index, an index smaller than the input: the generic route, same values
     big = tp.arange(12.0).reshape(3, 4)
@@ -98,14 +96,20 @@ def test_plain_scatter_and_the_generic_route(launches):
     [
         lambda x, i: tp.gather(x, 1, i.reshape(1, 1).expand(3, 1).contiguous()),
         lambda x, i: tp.index_select(x, 1, i),
-        lambda x, i: tp.scatter(x, 1, i.reshape(1, 1), tp.ones(1, 1, device="cuda"), reduce="add"),
+        lambda x, i: tp.scatter(
+            x,
+            1,
+            i.reshape(1, 1).expand(3, 1).contiguous(),
+            tp.ones(3, 1, device="cuda"),
+            reduce="add",
+        ),
     ],
     ids=["gather", "index_select", "scatter"],
 )
 def test_bad_index_is_reported_at_the_next_sync(launches, call):
     x = tp.zeros(3, 4, device="cuda")
     call(x, tp.tensor([7], device="cuda"))
-    assert launches
     with pytest.raises(RuntimeError, match=r"index 7 is out of bounds for dimension 1 with size 4"):
         tp.cuda.synchronize()
     tp.cuda.synchronize()  # reported once
+    assert len(launches) == 1

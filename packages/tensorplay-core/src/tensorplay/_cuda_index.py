@@ -68,19 +68,22 @@ __global__ void tp_index_select(const T* a, const J* idx, T* out, long long tota
   }
 }
 
-// out (O, Ka, I) at [o, idx[o, k, i], i] = src[o, k, i] (ADD: +=, atomically)
-template <typename T, typename J, bool ADD>
-__global__ void tp_scatter(T* out, const J* idx, const T* src, long long total, long long K,
-                           long long inner, long long ka, unsigned long long* rec,
-                           long long code, long long dim) {
-  GRID_LOOP(p, total) {
-    long long i = p % inner, o = p / inner / K;
-    long long j = (long long)idx[p];
-    if (j < 0 || j >= ka) { tp_bad(rec, code, j, dim, ka); continue; }
-    T* at = out + (o * ka + j) * inner + i;
-    if (ADD) atomicAdd(at, src[p]); else *at = src[p];
+// out (O, Ka, I) at [o, idx[o, k, i], i] = src[o, k, i] (tp_scatter_add: +=, atomically)
+#define SCATTER(NAME, STORE)                                                                  \
+  template <typename T, typename J>                                                           \
+  __global__ void NAME(T* out, const J* idx, const T* src, long long total, long long K,      \
+                       long long inner, long long ka, unsigned long long* rec,                \
+                       long long code, long long dim) {                                       \
+    GRID_LOOP(p, total) {                                                                     \
+      long long i = p % inner, o = p / inner / K;                                             \
+      long long j = (long long)idx[p];                                                        \
+      if (j < 0 || j >= ka) { tp_bad(rec, code, j, dim, ka); continue; }                      \
+      T* at = out + (o * ka + j) * inner + i;                                                 \
+      STORE;                                                                                  \
+    }                                                                                         \
   }
-}
+SCATTER(tp_scatter, *at = src[p])
+SCATTER(tp_scatter_add, atomicAdd(at, src[p]))
 """
 
 _COPY_TYPES = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
@@ -97,9 +100,9 @@ def _names_all() -> list[str]:
     for j in sorted(set(_INDEX_TYPES.values())):
         for t in _COPY_TYPES.values():
             out += [f"tp_gather<{t}, {j}>", f"tp_index_select<{t}, {j}>"]
-            out.append(f"tp_scatter<{t}, {j}, false>")
+            out.append(f"tp_scatter<{t}, {j}>")
         for t in sorted(set(_ADD_TYPES.values())):
-            out.append(f"tp_scatter<{t}, {j}, true>")
+            out.append(f"tp_scatter_add<{t}, {j}>")
     return out
 
 
@@ -172,7 +175,7 @@ def scatter(out, d: int, idx, src, add: bool) -> bool:
         return False
     if idx.size:
         _, k, inner = _split(idx.shape, d)
-        kernel = f"tp_scatter<{t}, {j}, {'true' if add else 'false'}>"
+        kernel = f"tp_scatter{'_add' if add else ''}<{t}, {j}>"
         sizes = (k, inner, out.shape[d])
         _run(kernel, idx.size, (out, idx, src), sizes, out.device.id, "scatter", d)
     return True
