@@ -318,6 +318,33 @@ def _einsum(row, dt, rng):
     yield _s("ellipsis", "...ij->...ji", make((2, 3, 4), dt, rng), meta=False)
 
 
+def _linear(row, dt, rng):
+    yield _s("basic", make((3, 4), dt, rng), make((5, 4), dt, rng), make((5,), dt, rng))
+    yield _s("no_bias", make((3, 4), dt, rng), make((5, 4), dt, rng))
+    yield _s("vector_input", make((4,), dt, rng), make((5, 4), dt, rng), make((5,), dt, rng))
+    yield _s("batched", make((2, 3, 4), dt, rng), make((5, 4), dt, rng), make((5,), dt, rng))
+    yield _s(
+        "noncontiguous",
+        make((2, 3, 4), dt, rng, "stepped"),
+        make((5, 4), dt, rng, "transposed"),
+        make((5,), dt, rng, "stepped"),
+    )
+    yield _s("expanded", make((3, 4), dt, rng, "expanded"), make((5, 4), dt, rng, "expanded"))
+    yield _s("vector_weight", make((2, 3, 4), dt, rng), make((4,), dt, rng), make((), dt, rng))
+    yield _s("vector_both", make((4,), dt, rng), make((4,), dt, rng))
+    yield _s(
+        "bias_broadcast", make((2, 3, 4), dt, rng), make((5, 4), dt, rng), make((3, 1), dt, rng)
+    )
+    yield _s("empty", make((0, 4), dt, rng), make((5, 4), dt, rng), make((5,), dt, rng))
+    yield _s("empty_k", make((3, 0), dt, rng), make((5, 0), dt, rng), make((5,), dt, rng))
+    yield _s("empty_out", make((3, 4), dt, rng), make((0, 4), dt, rng), make((0,), dt, rng))
+
+
+def _linear_ref(x, w, b=None):
+    out = np.matmul(x, w.T)
+    return out if b is None else out + b
+
+
 def _cat(row, dt, rng):
     yield _s("dim0", [make((2, 3), dt, rng), make((4, 3), dt, rng, "stepped")])
     yield _s("dim1", [make((2, 3), dt, rng), make((2, 1), dt, rng)], 1)
@@ -608,6 +635,7 @@ _NAMED = {
     "dot": _dot,
     "outer": _outer,
     "einsum": _einsum,
+    "linear": _linear,
     "cat": _cat,
     "stack": _stack,
     "gather": _gather,
@@ -1101,6 +1129,7 @@ REF = {
     "dot": np.dot,
     "outer": np.multiply.outer,
     "einsum": lambda eq, *ops: np.einsum(eq, *ops),
+    "linear": _linear_ref,
     "cat": _cat_ref,
     "stack": lambda ts, dim=0: np.stack(ts, axis=dim),
     "gather": _gather_ref,

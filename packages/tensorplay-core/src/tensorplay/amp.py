@@ -50,6 +50,7 @@ LOWER_PRECISION = frozenset(
         "mm",
         "bmm",
         "einsum",
+        "linear",
         "conv1d",
         "conv2d",
         "conv_transpose1d",

@@ -1,4 +1,4 @@
-"""Linear algebra rows: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``, ``einsum``."""
+"""Linear algebra rows: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``, ``einsum``, ``linear``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from tensorplay import _cublas, _device_checks, _dtype as D, _meta as M
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import eye, ones
 from tensorplay._rows import row_maker
+from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import (
     bilinear_jvp,
     conj,
@@ -97,8 +98,9 @@ def _matmul_vjp(ctx, grad):
 
 
 def _matmul_kernel(xp, a, b):
-    """numpy's or CuPy's matmul; on CUDA, cuBLAS called directly where it applies (it also
-    runs inside a CUDA graph capture, where CuPy's matmul refuses to)."""
+    """numpy's or CuPy's matmul (numpy's dot for two matrices); on CUDA, cuBLAS called
+    directly where it applies (it also runs inside a CUDA graph capture, where CuPy's matmul
+    refuses to)."""
     if xp is not np:
         r = _cublas.matmul(a, b)
         if r is not None:
@@ -110,6 +112,10 @@ def _matmul_kernel(xp, a, b):
                 "graph is being captured; inside a captured region use float16/32/64 "
                 "operands of at least 2 dims whose batch shapes are equal (or 2-D weights)"
             )
+    elif a.ndim == 2 and b.ndim == 2:
+        # numpy's matmul leaves BLAS for a contraction of length 1 (a batch-1 weight
+        # gradient is such an outer product); its dot calls BLAS for every 2-D pair
+        return np.dot(a, b)
     return xp.matmul(a, b)
 
 
@@ -315,4 +321,119 @@ op(
     method=False,
     vjp=_einsum_vjp,
     jvp=_einsum_jvp,
+)
+
+
+# ---- linear (nn.Linear's op) ---------------------------------------------------------------
+
+
+def _linear_shape(input, weight, bias=None):
+    for name, t in (("input", input), ("weight", weight)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"linear(): argument '{name}' must be a Tensor, not {type(t).__name__}")
+    if bias is not None and not isinstance(bias, Tensor):
+        raise TypeError(
+            f"linear(): argument 'bias' must be a Tensor or None, not {type(bias).__name__}"
+        )
+    xs, ws = input._shape, weight._shape
+    if not xs or not ws:
+        raise RuntimeError(
+            f"linear(): both arguments to linear need to be at least 1D, but they are "
+            f"{len(xs)}D and {len(ws)}D"
+        )
+    if len(ws) > 2:
+        raise RuntimeError(
+            f"linear(): weight must be 1-D (in_features,) or 2-D (out_features, in_features), "
+            f"got shape {ws}"
+        )
+    if xs[-1] != ws[-1]:
+        raise RuntimeError(
+            f"linear(): input shape {xs} and weight shape {ws} cannot be multiplied: input's "
+            f"last dimension ({xs[-1]}) must equal weight's in_features ({ws[-1]})"
+        )
+    out = xs[:-1] + ws[:-1]
+    if bias is not None:
+        bs = bias._shape
+        # the bias is added in place to the product: it broadcasts to it, never enlarges it
+        if len(bs) > len(out) or any(b not in (1, n) for b, n in zip(bs[::-1], out[::-1])):
+            raise RuntimeError(
+                f"linear(): bias shape {bs} does not broadcast to the output shape {out} of "
+                f"input {xs} and weight {ws}"
+                + (f"; a bias is usually ({ws[0]},)" if len(ws) == 2 else "")
+            )
+    return out
+
+
+def _linear_kernel(xp, x, w, b=None):
+    """One 2-D product: the input's leading dims flattened (a copy where they do not
+    collapse), so numpy makes one BLAS call and CUDA one cuBLAS call (capturable)."""
+    if x.ndim == 2 and w.ndim == 2:
+        r = _matmul_kernel(xp, x, w.T)
+    else:
+        lead, out, k = x.shape[:-1], w.shape[:-1], x.shape[-1]
+        r = _matmul_kernel(xp, x.reshape(math.prod(lead), k), w.reshape(math.prod(out), k).T)
+        r = r.reshape(lead + out)
+    if b is not None:
+        r += b  # r is a fresh array: no second allocation
+    return r
+
+
+def _linear_vjp(ctx, grad):
+    """With W as a matrix (a 1-D weight is one row whose output dim was dropped) and the
+    input's leading dims flattened: grad_input = grad @ W, grad_weight = grad^T @ input,
+    grad_bias = grad summed over the leading dims (autograd sums what is left over, for a
+    bias broadcast along more dims)."""
+    # saved inputs are read (and version-checked) only where a gradient needs them
+    need, w = needs(ctx), ctx.inputs[1]
+    matrix = len(w._shape) == 2
+    w2 = w if matrix else w.unsqueeze(0)
+    g = grad if matrix else grad.unsqueeze(-1)
+    gx = g @ conj(w2) if need[0] else None
+    gw = None
+    if need[1]:
+        x = ctx.inputs[0]
+        (o, k), m = w2._shape, math.prod(x._shape[:-1])
+        g2 = g if len(g._shape) == 2 else g.reshape(m, o)
+        x2 = x if len(x._shape) == 2 else x.reshape(m, k)
+        gw = g2.mT @ conj(x2)
+        gw = gw if matrix else gw.squeeze(0)
+    gb = None
+    if need[2]:
+        lead = grad._shape[: len(grad._shape) - len(ctx.inputs[2]._shape)]
+        if not lead:
+            gb = grad
+        elif math.prod(lead) == 1:  # a sum over dims of size 1 is a view
+            gb = grad.reshape(grad._shape[len(lead) :])
+        else:
+            gb = grad.sum(dim=tuple(range(len(lead))))
+    return gx, gw, gb
+
+
+def _linear_jvp(ctx, tx, tw, tb=None):
+    x, w = ctx.inputs[0], ctx.inputs[1]
+    linear = _LINEAR.fn
+    return total(
+        [
+            linear(tx, w) if tx is not None else None,
+            linear(x, tw) if tw is not None else None,
+            tb,
+        ]
+    )
+
+
+_LINEAR = op(
+    "linear",
+    "input, weight, bias=None",
+    kind="other",
+    n_inputs=3,
+    kernel=_linear_kernel,
+    shape=_linear_shape,
+    promote="same",
+    allow="ifc",
+    method=False,
+    vjp=_linear_vjp,
+    jvp=_linear_jvp,
+    doc="linear(input, weight, bias=None): input @ weight.T + bias (torch.nn.functional."
+    "linear); weight is (out_features, in_features) or (in_features,), bias broadcasts to "
+    "the result; input, weight and bias have one dtype.",
 )
