@@ -93,6 +93,7 @@ _THREADS = 256
 _MAX_BLOCKS = 8192
 
 _module = None
+_functions: dict = {}  # kernel name -> CuPy Function (get_function costs a lookup per call)
 
 
 def _names_all() -> list[str]:
@@ -109,13 +110,16 @@ def _names_all() -> list[str]:
 def _run(kernel: str, total: int, arrays: tuple, sizes: tuple, dev: int, name: str, d: int):
     """Launch ``kernel`` over ``total`` positions, with the device's check record."""
     global _module
-    if _module is None:
-        cp = _device.cupy_or_raise()
-        _module = cp.RawModule(code=_SRC, options=("-std=c++14",), name_expressions=_names_all())
+    fn = _functions.get(kernel)
+    if fn is None:
+        if _module is None:
+            cp = _device.cupy_or_raise()
+            names = _names_all()
+            _module = cp.RawModule(code=_SRC, options=("-std=c++14",), name_expressions=names)
+        fn = _functions[kernel] = _module.get_function(kernel)
     record, code = _device_checks.check_record(dev, name)
     args = (*arrays, np.int64(total), *map(np.int64, sizes), record, np.int64(code), np.int64(d))
-    blocks = min(-(-total // _THREADS), _MAX_BLOCKS)
-    _module.get_function(kernel)((blocks,), (_THREADS,), args)
+    fn((min(-(-total // _THREADS), _MAX_BLOCKS),), (_THREADS,), args)
 
 
 def _split(shape, d):
@@ -136,7 +140,7 @@ def gather(a, d: int, idx):
     if any(m != n for i, (m, n) in enumerate(zip(a.shape, idx.shape)) if i != d):
         return None
     cp = _device.cupy_or_raise()
-    out = cp.empty(idx.shape, a.dtype)
+    out = cp.ndarray(idx.shape, a.dtype)
     if idx.size:
         _, k, inner = _split(idx.shape, d)
         sizes = (k, inner, a.shape[d])
@@ -152,7 +156,7 @@ def index_select(a, d: int, idx):
         return None
     cp = _device.cupy_or_raise()
     n = idx.size
-    out = cp.empty(a.shape[:d] + (n,) + a.shape[d + 1 :], a.dtype)
+    out = cp.ndarray(a.shape[:d] + (n,) + a.shape[d + 1 :], a.dtype)
     total = out.size
     if total:
         _, _, inner = _split(a.shape, d)

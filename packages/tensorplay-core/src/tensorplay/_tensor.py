@@ -334,6 +334,8 @@ def _view_array(storage: Storage, dt, shape, stride, offset):
         if buf is None:  # meta
             return None
         mem = buf.data
+    if 0 in shape:  # no element is read; an empty allocation (null pointer) takes no offset
+        start = 0
     return _device.cupy_or_raise().ndarray(shape, dt.np, memptr=mem + start, strides=bstrides)
 
 

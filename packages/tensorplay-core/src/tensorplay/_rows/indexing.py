@@ -101,11 +101,13 @@ def _gather(xp, a, dim, idx):
     d = M.wrap_dim(dim, a.ndim, "gather")
     if idx.size == 0:
         return xp.empty(idx.shape, a.dtype)
-    a1, i1 = a.reshape(_as_1d(a.shape)), idx.reshape(_as_1d(idx.shape))
+    # reshaped only when 0-d: a reshape costs microseconds of host time on CuPy
+    a1 = a if a.ndim else a.reshape(1)
+    i1 = idx if idx.ndim else idx.reshape(1)
     if xp is not np:
         r = _cuda_index.gather(a1, d, i1)
         if r is not None:
-            return r.reshape(idx.shape)
+            return r if idx.ndim else r.reshape(())
     i1 = _bounds(xp, i1, a1.shape[d], "gather", d)
     src = a1[tuple(slice(0, n) if i != d else slice(None) for i, n in enumerate(i1.shape))]
     return xp.take_along_axis(src, i1, axis=d).reshape(idx.shape)
