@@ -10,6 +10,7 @@ The version counter lives here, so a tensor and its views share it.
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import threading
 
@@ -30,9 +31,15 @@ def _address(arr) -> int:
     return arr.__array_interface__["data"][0]
 
 
+# The address of a fresh (so writable) numpy array, via ctypes: 0.4 µs where
+# ``__array_interface__`` builds a dict (1.7 µs), paid by every result over ``_SMALL`` bytes.
+_char_over = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
 def _aligned_u8(nbytes: int):
     raw = np.empty(nbytes + ALIGNMENT, _U8)
-    start = -_address(raw) % ALIGNMENT
+    start = -_addressof(_char_over(raw)) % ALIGNMENT
     return raw[start : start + nbytes]
 
 

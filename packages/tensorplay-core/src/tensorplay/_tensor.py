@@ -397,7 +397,12 @@ def empty_tensor(shape: tuple, dt, dev) -> Tensor:
 def adopt_array(arr, dt, dev) -> Tensor:
     """A tensor holding ``arr``: a copy in fresh aligned storage on CPU (numpy's own
     buffers are only 16-byte aligned); CuPy's contiguous results are kept as they are."""
-    if dev is not CPU and arr.flags.c_contiguous:
+    if dev is CPU:  # every CPU result of the general path: empty_tensor's CPU branch, inlined
+        out, buf, start = cpu_empty(arr.shape, dt.np, arr.size * dt.itemsize)
+        if arr.size:
+            out[...] = arr
+        return wrap_array(out, buf, start, dt)
+    if arr.flags.c_contiguous:
         storage = CudaStorage(arr.data, arr.nbytes, dev)
         return _new(Tensor, arr, storage, 0, arr.shape, None, dt, dev)
     out = empty_tensor(arr.shape, dt, dev)
