@@ -617,6 +617,27 @@ op(
 )
 
 
+def _where_kernel(xp, c, a, b):
+    c = c.astype(bool, copy=False)
+    if (
+        xp is np
+        and type(a) is np.ndarray
+        and a.dtype.kind == "f"
+        and np.ndim(b) == 0
+        and b == 0
+        and a.shape == np.broadcast_shapes(a.shape, c.shape)
+    ):
+        # where(mask, x, 0), every masked gradient (relu's, clamp's, ...): numpy's where
+        # runs a branchy loop over a random mask, a multiply by it is several times faster
+        # and equal wherever x is finite (+ 0.0 turns the -0.0 of a negative x into where's
+        # +0.0); a non-finite x (inf * 0 is nan) takes where itself
+        r = np.multiply(a, c)
+        r += 0.0
+        if np.isfinite(a).all():
+            return r
+    return xp.where(c, a, b)
+
+
 def _where_vjp(ctx, grad):
     c, a, b = ctx.inputs
     return (
@@ -638,7 +659,7 @@ op(
     n_inputs=3,
     cast=(1, 2),
     shape=_pw_shape("where"),
-    kernel=lambda xp, c, a, b: xp.where(c.astype(bool), a, b),
+    kernel=_where_kernel,
     method=False,
     scalar_check="ifc",  # NOTE: torch lets float16/bfloat16 overflow to inf here
     out=True,
