@@ -14,6 +14,9 @@
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
 //   topological_order, backward_loop  the backward pass's bookkeeping (engine.py).
+//   im2col          a convolution's column matrix (C*KH*KW, N*OH*OW) from a contiguous
+//                   (N, C, H, W) array, zero padding included (twin: _rows/convolution.py's
+//                   _columns_py: a strided view, transposed, copied).
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -30,6 +33,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <unordered_set>
@@ -966,6 +970,79 @@ void watch_gate(py::object state) {
     g_plain_off = off;
 }
 
+
+// ---- im2col ----------------------------------------------------------------------------------
+
+template <typename T>
+void im2col_loop(const T *x, T *col, npy_intp n, npy_intp c, npy_intp h, npy_intp w,
+                 npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw,
+                 npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+    // row (ci, ki, kj), column (b, oy, ox) = x[b, ci, oy * sh - ph + ki * dh, ox * sw - pw + kj * dw]
+    for (npy_intp ci = 0; ci < c; ++ci)
+        for (npy_intp ki = 0; ki < kh; ++ki)
+            for (npy_intp kj = 0; kj < kw; ++kj)
+                for (npy_intp b = 0; b < n; ++b) {
+                    const T *plane = x + (b * c + ci) * h * w;
+                    for (npy_intp oy = 0; oy < oh; ++oy) {
+                        npy_intp iy = oy * sh - ph + ki * dh;
+                        if (iy < 0 || iy >= h) {
+                            std::fill(col, col + ow, T(0));
+                            col += ow;
+                            continue;
+                        }
+                        const T *row = plane + iy * w;
+                        npy_intp ix = kj * dw - pw;
+                        for (npy_intp ox = 0; ox < ow; ++ox, ix += sw)
+                            *col++ = (ix >= 0 && ix < w) ? row[ix] : T(0);
+                    }
+                }
+}
+
+struct Bytes16 {
+    unsigned long long lo, hi;
+    Bytes16(int z = 0) : lo(z), hi(z) {}
+};
+
+py::object im2col(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw,
+                  npy_intp dh, npy_intp dw, npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+    PyObject *xp = xo.ptr();
+    if (!PyArray_Check(xp)) throw py::type_error("im2col(x): x must be a numpy array");
+    auto *x = reinterpret_cast<PyArrayObject *>(xp);
+    if (PyArray_NDIM(x) != 4 || !PyArray_IS_C_CONTIGUOUS(x))
+        throw py::value_error("im2col(x): x must be a C-contiguous (N, C, H, W) array");
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || ph < 0 || pw < 0 ||
+        oh < 0 || ow < 0)
+        throw py::value_error("im2col(): kernel, stride and dilation must be >= 1, padding "
+                              "and output sizes >= 0");
+    npy_intp *d = PyArray_DIMS(x);
+    npy_intp n = d[0], c = d[1], h = d[2], w = d[3];
+    npy_intp dims[2] = {c * kh * kw, n * oh * ow};
+    PyArray_Descr *descr = PyArray_DESCR(x);
+    Py_INCREF(descr);
+    PyObject *out = PyArray_NewFromDescr(&PyArray_Type, descr, 2, dims, nullptr, nullptr, 0,
+                                         nullptr);
+    if (!out) throw py::error_already_set();
+    auto *o = reinterpret_cast<PyArrayObject *>(out);
+    const void *src = PyArray_DATA(x);
+    void *dst = PyArray_DATA(o);
+    npy_intp size = PyArray_ITEMSIZE(x);
+    Py_BEGIN_ALLOW_THREADS
+    switch (size) {
+        case 1: im2col_loop(static_cast<const uint8_t *>(src), static_cast<uint8_t *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow); break;
+        case 2: im2col_loop(static_cast<const uint16_t *>(src), static_cast<uint16_t *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow); break;
+        case 4: im2col_loop(static_cast<const uint32_t *>(src), static_cast<uint32_t *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow); break;
+        case 8: im2col_loop(static_cast<const uint64_t *>(src), static_cast<uint64_t *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow); break;
+        case 16: im2col_loop(static_cast<const Bytes16 *>(src), static_cast<Bytes16 *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow); break;
+        default: size = 0;
+    }
+    Py_END_ALLOW_THREADS
+    if (size == 0) {
+        Py_DECREF(out);
+        throw py::type_error("im2col(x): unsupported item size");
+    }
+    return py::reinterpret_steal<py::object>(out);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -996,6 +1073,11 @@ PYBIND11_MODULE(_C, m) {
     m.def("backward_loop", &backward_loop, py::arg("order"), py::arg("buffers"),
           py::arg("retain_graph"), py::arg("direct"),
           "autograd.engine._loop without capture (direct: no profiler span per node)");
+    m.def("im2col", &im2col, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("sh"),
+          py::arg("sw"), py::arg("dh"), py::arg("dw"), py::arg("ph"), py::arg("pw"),
+          py::arg("oh"), py::arg("ow"),
+          "The (C*KH*KW, N*OH*OW) columns of contiguous (N, C, H, W) x, zero-padded "
+          "(twin: tensorplay._rows.convolution._columns_py)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
 }

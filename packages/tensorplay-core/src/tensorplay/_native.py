@@ -14,6 +14,8 @@ native                        Python twin
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
                               recording makes over a new backward node's inputs)
+``im2col``                    ``_rows.convolution._columns_py`` (a convolution's columns
+                              on the CPU: a strided view, transposed and copied)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================

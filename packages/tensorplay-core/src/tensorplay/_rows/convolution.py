@@ -29,6 +29,7 @@ import numpy as np
 from tensorplay import _dtype as D, _meta as M
 from tensorplay._dispatch import OPS, OpDef, call
 from tensorplay._factories import ones, tensor, zeros
+from tensorplay._native import NATIVE
 from tensorplay._rows import row_maker
 from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import cat, conj, total
@@ -303,10 +304,49 @@ def _im2col(xp, x, kernel, out, stride, pads, dilation, groups):
     return view.reshape(n, groups, cg * math.prod(kernel), math.prod(out))
 
 
+def _columns_py(x, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow):
+    """The twin of ``tensorplay._C.im2col``: row ``(c, ki, kj)``, column ``(n, oy, ox)`` of
+    the result is ``x[n, c, oy * sh - ph + ki * dh, ox * sw - pw + kj * dw]`` (0 outside)."""
+    n, c, h, w = x.shape
+    after = [
+        max(0, (o - 1) * s + (k - 1) * d + 1 - p - m)
+        for o, s, k, d, p, m in ((oh, sh, kh, dh, ph, h), (ow, sw, kw, dw, pw, w))
+    ]
+    padded = _pad(np, x, ((ph, after[0]), (pw, after[1])))
+    sn, sc = padded.strides[:2]
+    view = _windows(np, padded, (n, c), (sn, sc), (kh, kw), (oh, ow), (sh, sw), (dh, dw))
+    return view.transpose(1, 2, 3, 0, 4, 5).reshape(c * kh * kw, n * oh * ow)
+
+
+_columns = NATIVE.im2col if NATIVE is not None else _columns_py
+
+
+def _as_2d(x, kernel, out, stride, pads, dilation):
+    """A 1-D convolution's arguments as a 2-D one's of height 1."""
+    if len(kernel) == 2:
+        return x, tuple(kernel), tuple(out), tuple(stride), tuple(pads), tuple(dilation)
+    return (x[:, :, None], (1, *kernel), (1, *out), (1, *stride), ((0, 0), *pads), (1, *dilation))
+
+
+def _cpu_columns(x, kernel, out, stride, pads, dilation):
+    """(C * prod(kernel), N * prod(out)): every output position's window of the batched
+    CPU input ``x``, one column each, in one native pass (zero padding included)."""
+    x, kernel, out, stride, pads, dilation = _as_2d(x, kernel, out, stride, pads, dilation)
+    x = np.ascontiguousarray(x)
+    return _columns(x, *kernel, *stride, *dilation, pads[0][0], pads[1][0], *out)
+
+
 def _conv_arrays(xp, x, w, b, g: _ConvGeo):
     """Batched ``x`` (N, C, *S) with ``w`` (O, C/groups, *K): im2col, then one matmul per
-    (sample, group) pair (numpy hands each to BLAS)."""
+    (sample, group) pair (numpy hands each to BLAS). Ungrouped on the CPU: the columns of
+    all samples side by side, one matmul."""
     n, o, k = x.shape[0], w.shape[0], w.shape[2:]
+    if xp is np and g.groups == 1 and len(k) <= 2:
+        cols = _cpu_columns(x, k, g.out, g.stride, g.pads, g.dilation)
+        r = np.dot(w.reshape(o, cols.shape[0]), cols)  # (O, N * positions)
+        if b is not None:
+            r += b.reshape(o, 1)
+        return r.reshape((o, n) + g.out).swapaxes(0, 1)
     cols = _im2col(xp, x, k, g.out, g.stride, g.pads, g.dilation, g.groups)
     r = xp.matmul(w.reshape(g.groups, o // g.groups, cols.shape[2]), cols)
     r = r.reshape((n, o) + g.out)
@@ -615,6 +655,10 @@ def _conv_weight_arrays(xp, x, gout, kernel_size, stride, pads, dilation, groups
     axis, where BLAS is fast), then summed over samples."""
     n, o = gout.shape[:2]
     out = tuple(gout.shape[2:])
+    if xp is np and groups == 1 and len(out) <= 2:
+        cols = _cpu_columns(x, kernel_size, out, stride, pads, dilation)
+        g = gout.swapaxes(0, 1).reshape(o, cols.shape[1])  # (O, N * positions), as cols
+        return np.dot(g, cols.T).reshape((o, x.shape[1]) + tuple(kernel_size))
     cols = _im2col(xp, x, kernel_size, out, stride, pads, dilation, groups)
     g = gout.reshape(n, groups, o // groups, math.prod(out))
     r = xp.matmul(g, cols.transpose(0, 1, 3, 2)).sum(axis=0)
