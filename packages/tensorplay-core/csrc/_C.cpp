@@ -17,6 +17,11 @@
 //   im2col          a convolution's column matrix (C*KH*KW, N*OH*OW) from a contiguous
 //                   (N, C, H, W) array, zero padding included (twin: _rows/convolution.py's
 //                   _columns_py: a strided view, transposed, copied).
+//   max_pool2d      2-D max pooling's values and flat argmax indices in one pass (torch's
+//                   loop: the first maximum wins, a NaN replaces anything; twin:
+//                   _rows/convolution.py's _max_pool_arrays).
+//   scatter_add     scatter(dim, reduce="add") along one dim of contiguous arrays (twin:
+//                   numpy's add.at, _rows/indexing.py's add_at).
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -36,6 +41,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <unordered_set>
 #include <vector>
 
@@ -1043,6 +1049,131 @@ py::object im2col(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp
     return py::reinterpret_steal<py::object>(out);
 }
 
+
+// ---- max pooling -------------------------------------------------------------------------------
+
+template <typename T>
+void max_pool_loop(const T *x, T *val, int64_t *idx, npy_intp planes, npy_intp h, npy_intp w,
+                   npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw,
+                   npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+    for (npy_intp p = 0; p < planes; ++p) {
+        const T *plane = x + p * h * w;
+        for (npy_intp oy = 0; oy < oh; ++oy) {
+            npy_intp y0 = oy * sh - ph;
+            while (y0 < 0) y0 += dh;  // the first row inside the input
+            npy_intp y1 = std::min(oy * sh - ph + (kh - 1) * dh + 1, h);
+            for (npy_intp ox = 0; ox < ow; ++ox) {
+                npy_intp x0 = ox * sw - pw;
+                while (x0 < 0) x0 += dw;
+                npy_intp x1 = std::min(ox * sw - pw + (kw - 1) * dw + 1, w);
+                T best = -std::numeric_limits<T>::infinity();
+                int64_t at = y0 * w + x0;
+                for (npy_intp iy = y0; iy < y1; iy += dh)
+                    for (npy_intp ix = x0; ix < x1; ix += dw) {
+                        T v = plane[iy * w + ix];
+                        if (v > best || v != v) {
+                            best = v;
+                            at = iy * w + ix;
+                        }
+                    }
+                *val++ = best;
+                *idx++ = at;
+            }
+        }
+    }
+}
+
+py::tuple max_pool2d(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw,
+                     npy_intp dh, npy_intp dw, npy_intp ph, npy_intp pw, npy_intp oh,
+                     npy_intp ow) {
+    PyObject *xp = xo.ptr();
+    if (!PyArray_Check(xp)) throw py::type_error("max_pool2d(x): x must be a numpy array");
+    auto *x = reinterpret_cast<PyArrayObject *>(xp);
+    int type = PyArray_TYPE(x);
+    if (PyArray_NDIM(x) != 3 || !PyArray_IS_C_CONTIGUOUS(x) ||
+        (type != NPY_FLOAT32 && type != NPY_FLOAT64))
+        throw py::value_error("max_pool2d(x): x must be a C-contiguous float32/float64 "
+                              "(planes, H, W) array");
+    if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || ph < 0 || pw < 0 ||
+        oh < 0 || ow < 0)
+        throw py::value_error("max_pool2d(): kernel, stride and dilation must be >= 1, "
+                              "padding and output sizes >= 0");
+    npy_intp *d = PyArray_DIMS(x);
+    npy_intp planes = d[0], h = d[1], w = d[2];
+    // every window must hold an input position: a padding at most half the kernel (the
+    // row checks it as torch does) and output sizes from torch's formula guarantee it
+    if (ph > ((kh - 1) * dh + 1) / 2 || pw > ((kw - 1) * dw + 1) / 2 ||
+        (oh > 0 && (oh - 1) * sh - ph >= h) || (ow > 0 && (ow - 1) * sw - pw >= w))
+        throw py::value_error("max_pool2d(): a window would lie wholly in the padding");
+    npy_intp dims[3] = {planes, oh, ow};
+    PyObject *val = PyArray_SimpleNew(3, dims, type);
+    if (!val) throw py::error_already_set();
+    PyObject *idx = PyArray_SimpleNew(3, dims, NPY_INT64);
+    if (!idx) {
+        Py_DECREF(val);
+        throw py::error_already_set();
+    }
+    auto *v = reinterpret_cast<PyArrayObject *>(val);
+    auto *i = static_cast<int64_t *>(PyArray_DATA(reinterpret_cast<PyArrayObject *>(idx)));
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT32)
+        max_pool_loop(static_cast<const float *>(PyArray_DATA(x)),
+                      static_cast<float *>(PyArray_DATA(v)), i, planes, h, w, kh, kw, sh, sw,
+                      dh, dw, ph, pw, oh, ow);
+    else
+        max_pool_loop(static_cast<const double *>(PyArray_DATA(x)),
+                      static_cast<double *>(PyArray_DATA(v)), i, planes, h, w, kh, kw, sh, sw,
+                      dh, dw, ph, pw, oh, ow);
+    Py_END_ALLOW_THREADS
+    return py::make_tuple(py::reinterpret_steal<py::object>(val),
+                          py::reinterpret_steal<py::object>(idx));
+}
+
+template <typename T>
+void scatter_add_loop(T *out, const int64_t *idx, const T *src, npy_intp outer, npy_intp k,
+                      npy_intp inner, npy_intp ka) {
+    for (npy_intp o = 0; o < outer; ++o, out += ka * inner)
+        for (npy_intp j = 0; j < k; ++j)
+            for (npy_intp i = 0; i < inner; ++i) out[*idx++ * inner + i] += *src++;
+}
+
+// out[o, idx[o, j, i], i] += src[o, j, i] over contiguous (outer, ka, inner) out and
+// (outer, k, inner) idx/src: scatter(dim, reduce="add") along one dim
+void scatter_add(py::object oo, py::object io, py::object so, npy_intp outer, npy_intp k,
+                 npy_intp inner) {
+    for (PyObject *a : {oo.ptr(), io.ptr(), so.ptr()})
+        if (!PyArray_Check(a) || !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject *>(a)))
+            throw py::type_error("scatter_add(out, index, src): C-contiguous numpy arrays expected");
+    auto *out = reinterpret_cast<PyArrayObject *>(oo.ptr());
+    auto *ix = reinterpret_cast<PyArrayObject *>(io.ptr());
+    auto *src = reinterpret_cast<PyArrayObject *>(so.ptr());
+    int type = PyArray_TYPE(out);
+    if (PyArray_TYPE(src) != type || PyArray_TYPE(ix) != NPY_INT64 ||
+        !PyArray_ISWRITEABLE(out) || outer < 0 || k < 0 || inner < 0 ||
+        PyArray_SIZE(ix) != outer * k * inner || PyArray_SIZE(src) != outer * k * inner ||
+        (outer * inner > 0 && PyArray_SIZE(out) % (outer * inner) != 0))
+        throw py::value_error("scatter_add(out, index, src, outer, k, inner): a writable out "
+                              "and src of one dtype, an int64 index, sizes outer * k * inner");
+    npy_intp ka = outer * inner > 0 ? PyArray_SIZE(out) / (outer * inner) : 0;
+    const int64_t *i = static_cast<const int64_t *>(PyArray_DATA(ix));
+    for (npy_intp n = 0; n < outer * k * inner; ++n)
+        if (i[n] < 0 || i[n] >= ka)
+            throw py::value_error("scatter_add(): an index is out of bounds");
+    void *o = PyArray_DATA(out);
+    const void *sv = PyArray_DATA(src);
+    bool done = true;
+    Py_BEGIN_ALLOW_THREADS
+    switch (type) {
+        case NPY_FLOAT32: scatter_add_loop(static_cast<float *>(o), i, static_cast<const float *>(sv), outer, k, inner, ka); break;
+        case NPY_FLOAT64: scatter_add_loop(static_cast<double *>(o), i, static_cast<const double *>(sv), outer, k, inner, ka); break;
+        case NPY_INT32: scatter_add_loop(static_cast<int32_t *>(o), i, static_cast<const int32_t *>(sv), outer, k, inner, ka); break;
+        case NPY_INT64: scatter_add_loop(static_cast<int64_t *>(o), i, static_cast<const int64_t *>(sv), outer, k, inner, ka); break;
+        default: done = false;
+    }
+    Py_END_ALLOW_THREADS
+    if (!done) throw py::type_error("scatter_add(): float32/float64/int32/int64 only");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -1078,6 +1209,15 @@ PYBIND11_MODULE(_C, m) {
           py::arg("oh"), py::arg("ow"),
           "The (C*KH*KW, N*OH*OW) columns of contiguous (N, C, H, W) x, zero-padded "
           "(twin: tensorplay._rows.convolution._columns_py)");
+    m.def("max_pool2d", &max_pool2d, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("sh"),
+          py::arg("sw"), py::arg("dh"), py::arg("dw"), py::arg("ph"), py::arg("pw"),
+          py::arg("oh"), py::arg("ow"),
+          "(values, flat indices) of 2-D max pooling over (planes, H, W) float x (twin: "
+          "tensorplay._rows.convolution._max_pool_arrays)");
+    m.def("scatter_add", &scatter_add, py::arg("out"), py::arg("index"), py::arg("src"),
+          py::arg("outer"), py::arg("k"), py::arg("inner"),
+          "out[o, index[o, j, i], i] += src[o, j, i] in place (twin: numpy's add.at in "
+          "tensorplay._rows.indexing.add_at)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
 }

@@ -16,6 +16,10 @@ native                        Python twin
                               recording makes over a new backward node's inputs)
 ``im2col``                    ``_rows.convolution._columns_py`` (a convolution's columns
                               on the CPU: a strided view, transposed and copied)
+``max_pool2d``                ``_rows.convolution._max_pool_arrays``'s loop (values and
+                              argmax indices of 2-D max pooling, float32/float64)
+``scatter_add``               numpy's ``add.at`` in ``_rows.indexing`` (scatter with
+                              ``reduce="add"`` along one dim of contiguous arrays)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================

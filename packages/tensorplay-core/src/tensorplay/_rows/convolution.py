@@ -848,11 +848,20 @@ def _first_valid(o, s, p, d):
     return np.where(start < 0, start + (-start + d - 1) // d * d, start)
 
 
+_NATIVE_POOL = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _max_pool_arrays(xp, a, g: _PoolGeo):
     """(values, flat indices into each H*W plane): a running maximum over the kernel
     offsets. As torch's loop: the first maximum wins a tie, and a NaN replaces anything
     (the last NaN of a window is the one picked); padding never wins."""
     h, w = a.shape[-2:]
+    if xp is np and NATIVE is not None and a.dtype in _NATIVE_POOL:
+        planes = np.ascontiguousarray(a).reshape(-1, h, w)
+        geo = (*g.kernel, *g.stride, *g.dilation, *g.padding, *g.out)
+        best, index = NATIVE.max_pool2d(planes, *geo)
+        shape = a.shape[:-2] + g.out
+        return best.reshape(shape), index.reshape(shape)
     floating = a.dtype.kind == "f"
     lowest = -np.inf if floating else np.iinfo(a.dtype).min
     at = _padded_windows(xp, a, g, lowest)

@@ -6,12 +6,15 @@ indices); a 0-d input, index or src counts as 1-d of size 1, as in torch.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tensorplay import _cuda_index, _dtype as D, _meta as M
 from tensorplay._device_checks import checked_index, to_host
 from tensorplay._dispatch import OpDef
 from tensorplay._factories import zeros
+from tensorplay._native import NATIVE
 from tensorplay._rows import row_maker
 from tensorplay.autograd._derivatives import cat, needs, same_op_jvp, where, zeros_like
 
@@ -175,6 +178,8 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
         if _cuda_index.scatter(flat, d, idx, src.reshape(_as_1d(src.shape)), reduce == "add"):
             return out
     idx = _bounds(xp, idx, flat.shape[d], "scatter", d)
+    if xp is np and reduce == "add" and _native_add(flat, d, idx, src):
+        return out
     # an open grid (CuPy's indices() has no sparse=): index i varies along axis i only
     grid = [
         xp.arange(n).reshape((-1,) + (1,) * (idx.ndim - 1 - i)) for i, n in enumerate(idx.shape)
@@ -196,6 +201,29 @@ def _scatter(xp, a, dim, idx, src=None, *, value=None, reduce=None):
     np.multiply.at(host, tuple(on_host(g) for g in grid), on_host(vals))
     flat[...] = xp.asarray(host)
     return out
+
+
+_NATIVE_ADD = frozenset("fdil")
+
+
+def _native_add(flat, d, idx, src) -> bool:
+    """``scatter(d, reduce="add")`` in place through ``tensorplay._C.scatter_add`` (numpy's
+    add.at costs ~20 ns an element more): for contiguous arrays where the index and src
+    have the shape of ``flat`` apart from ``d``; False (nothing done) otherwise."""
+    if NATIVE is None or src is None or flat.dtype.char not in _NATIVE_ADD:
+        return False
+    src = src.reshape(_as_1d(src.shape))
+    if src.dtype != flat.dtype or src.shape != idx.shape or flat.ndim != idx.ndim:
+        return False
+    if any(m != n for i, (m, n) in enumerate(zip(flat.shape, idx.shape)) if i != d):
+        return False
+    if not (flat.flags.c_contiguous and flat.flags.writeable):
+        return False
+    outer, k, inner = math.prod(idx.shape[:d]), idx.shape[d], math.prod(idx.shape[d + 1 :])
+    NATIVE.scatter_add(
+        flat, np.ascontiguousarray(idx, np.int64), np.ascontiguousarray(src), outer, k, inner
+    )
+    return True
 
 
 def _scatter_reduce_check(ctx):
