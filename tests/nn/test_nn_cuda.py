@@ -85,3 +85,50 @@ def test_a_whole_step_with_the_optimiser_is_one_graph(cuda):
         want = step(eager, opt_eager, x, y)
         assert static_loss.item() == pytest.approx(want.item(), rel=1e-5)
     _assert_same(model, eager)
+
+
+def test_a_whole_step_with_a_capturable_adamw_is_one_graph(cuda):
+    model, eager = _twins()
+    opt = tp.optim.AdamW(model.parameters(), lr=0.01, capturable=True)
+    opt_eager = tp.optim.AdamW(eager.parameters(), lr=0.01)  # host step count, fused path
+    rng = np.random.default_rng(2)
+    static_x, static_y = _data(rng)
+
+    def step(m, o, x, y):
+        o.zero_grad(set_to_none=False)
+        loss = nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        o.step()
+        return loss
+
+    x0, y0 = _data(rng)
+    step(model, opt, x0, y0)  # .grad and the state exist before the capture
+    step(eager, opt_eager, x0, y0)
+    assert all(s["step"].device.type == "cuda" for s in opt.state.values())
+    g = tp.cuda.CUDAGraph()
+    with tp.cuda.graph(g):
+        static_loss = step(model, opt, static_x, static_y)
+    for _ in range(4):  # each replay advances the device step count: the corrections follow
+        x, y = _data(rng)
+        static_x.copy_(x)
+        static_y.copy_(y)
+        g.replay()
+        want = step(eager, opt_eager, x, y)
+        assert static_loss.item() == pytest.approx(want.item(), rel=1e-4)
+    assert all(s["step"].item() == 5 for s in opt.state.values())
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        np.testing.assert_allclose(
+            p.detach().cpu().numpy(), q.detach().cpu().numpy(), rtol=1e-4, atol=1e-5, err_msg=name
+        )
+
+
+def test_a_plain_adam_refuses_capture(cuda):
+    model, _ = _twins()
+    opt = tp.optim.Adam(model.parameters())
+    x, y = _data(np.random.default_rng(3))
+    nn.functional.cross_entropy(model(x), y).backward()
+    opt.step()
+    g = tp.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="capturable=True"):
+        with tp.cuda.graph(g):
+            opt.step()

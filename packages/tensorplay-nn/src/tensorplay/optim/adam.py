@@ -13,6 +13,8 @@ from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_gr
 
 __all__ = ["Adam"]
 
+_CPU = tp.device("cpu")
+
 
 class Adam(Optimizer):
     """Adam, as ``torch.optim.Adam``.
@@ -29,6 +31,10 @@ class Adam(Optimizer):
 
     ``state[p]`` holds ``step`` (a float32 scalar tensor), ``exp_avg``, ``exp_avg_sq`` and,
     with ``amsgrad``, ``max_exp_avg_sq``.
+
+    ``capturable=True`` keeps each step count on its parameter's device and computes the
+    bias corrections there, so that a step can be captured in a CUDA graph and replayed;
+    it runs the one-op-per-step loop.
 
     ``foreach=None`` (the default) or ``True`` updates all parameters of a group at once
     where they are plain contiguous float32/float64 tensors on one device: numpy in place on
@@ -50,6 +56,7 @@ class Adam(Optimizer):
         *,
         foreach: bool | None = None,
         maximize: bool = False,
+        capturable: bool = False,
         decoupled_weight_decay: bool = False,
     ) -> None:
         _check_nonneg("lr", lr, "learning rate")
@@ -70,34 +77,43 @@ class Adam(Optimizer):
             "amsgrad": amsgrad,
             "maximize": maximize,
             "foreach": foreach,
+            "capturable": capturable,
             "decoupled_weight_decay": decoupled_weight_decay,
         }
         super().__init__(params, defaults)
 
-    def _init_state(self, p: Tensor, amsgrad: bool) -> dict[str, Any]:
+    def _init_state(self, p: Tensor, amsgrad: bool, capturable: bool = False) -> dict[str, Any]:
         state = self.state[p]
-        if len(state) == 0:
-            state["step"] = tp.tensor(0.0, dtype=tp.float32)
+        # the step count lives on the host, unless the update must run without it
+        # (capturable: on the parameter's device, the bias corrections computed there)
+        where = p.device if capturable else _CPU
+        step = state.get("step")
+        if step is None:
+            state["step"] = tp.zeros((), dtype=tp.float32, device=where)
             state["exp_avg"] = tp.zeros_like(p)
             state["exp_avg_sq"] = tp.zeros_like(p)
             if amsgrad:
                 state["max_exp_avg_sq"] = tp.zeros_like(p)
-        elif amsgrad and "max_exp_avg_sq" not in state:
+        elif step.device is not where and step.device != where:
+            state["step"] = step.to(where)
+        if amsgrad and "max_exp_avg_sq" not in state:
             state["max_exp_avg_sq"] = tp.zeros_like(p)
         return state
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one optimisation step; returns ``closure()``'s loss when given."""
-        _refuse_capture(self._name)
+        if not all(g.get("capturable", False) for g in self.param_groups):
+            _refuse_capture(self._name)
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
                 amsgrad = group["amsgrad"]
+                capturable = group.get("capturable", False)
                 params = _params_with_grad(group, self._name, real_only=True)
                 if not params:
                     continue
                 grads = [p.grad for p in params]
-                states = [self._init_state(p, amsgrad) for p in params]
+                states = [self._init_state(p, amsgrad, capturable) for p in params]
                 hyper = dict(
                     lr=_to_scalar(group["lr"]),
                     betas=tuple(_to_scalar(b) for b in group["betas"]),
@@ -106,12 +122,17 @@ class Adam(Optimizer):
                     maximize=group["maximize"],
                     decoupled=group.get("decoupled_weight_decay", False),
                 )
-                steps = [_advance(s["step"]) for s in states]
                 columns = [params, grads, [s["exp_avg"] for s in states]]
                 columns.append([s["exp_avg_sq"] for s in states])
                 if amsgrad:
                     columns.append([s["max_exp_avg_sq"] for s in states])
-                if _foreach.usable(group.get("foreach"), *columns):
+                if capturable:  # the step stays a device tensor: no host value anywhere
+                    for s in states:
+                        s["step"].add_(1)
+                    steps = [s["step"] for s in states]
+                else:
+                    steps = [_advance(s["step"]) for s in states]
+                if not capturable and _foreach.usable(group.get("foreach"), *columns):
                     _adam_multi(columns, steps, amsgrad, **hyper)
                 else:
                     for i, step in enumerate(steps):
@@ -120,15 +141,15 @@ class Adam(Optimizer):
 
 
 def _refuse_capture(name: str) -> None:
-    """The bias corrections are computed on the host from the step count: a CUDA graph would
-    replay the first step's values forever, so a capture is refused (torch's
-    ``capturable=True`` is not implemented yet)."""
+    """Without ``capturable`` the bias corrections are computed on the host from the step
+    count: a CUDA graph would replay the captured step's values forever, so a capture is
+    refused (as torch refuses it)."""
     if cuda_capturing():
         raise RuntimeError(
             f"{name}.step() cannot be captured in a CUDA graph: its bias corrections are "
             "computed on the host from the step count and a replay would reuse the captured "
-            "step's values (capturable=True is not supported yet); step the optimizer outside "
-            "the graph, or use SGD inside it"
+            "step's values; construct it with capturable=True (the step count and the "
+            "corrections then stay on the device), or step it outside the graph"
         )
 
 
@@ -144,6 +165,8 @@ def _advance(step_t: Tensor) -> float:
 
 
 def _bias(beta1, beta2, lr, step):
+    """(lr / (1 - beta1**step), sqrt(1 - beta2**step)): numbers from a host step count,
+    0-d tensors on the step's device from a device one (capturable)."""
     step_size = lr / (1 - beta1**step)
     return step_size, (1 - beta2**step) ** 0.5
 
@@ -206,4 +229,7 @@ def _adam_one(
         exp_avg_sq = max_exp_avg_sq
     denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
     # param.addcdiv_(exp_avg, denom, value=-step_size)
-    p.add_(exp_avg / denom, alpha=-step_size)
+    if isinstance(step_size, Tensor):  # capturable: a device scalar, not an alpha
+        p.sub_(exp_avg / denom * step_size)
+    else:
+        p.add_(exp_avg / denom, alpha=-step_size)

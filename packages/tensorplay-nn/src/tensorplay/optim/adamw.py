@@ -29,6 +29,7 @@ class AdamW(Adam):
         *,
         maximize: bool = False,
         foreach: bool | None = None,
+        capturable: bool = False,
     ) -> None:
         super().__init__(
             params,
@@ -39,6 +40,7 @@ class AdamW(Adam):
             amsgrad,
             foreach=foreach,
             maximize=maximize,
+            capturable=capturable,
             decoupled_weight_decay=True,
         )
 

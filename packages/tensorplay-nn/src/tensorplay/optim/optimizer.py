@@ -75,10 +75,14 @@ def _clone_tree(value: Any) -> Any:
 
 def _cast_state(param: Tensor, value: Any, key: Any = None) -> Any:
     """A copy of a loaded state value for ``param``: tensors are cloned onto ``param``'s device;
-    floating tensors (other than ``"step"``) take ``param``'s dtype, like torch."""
+    floating tensors (other than ``"step"``) take ``param``'s dtype, like torch. A step count
+    stays on the host (reading it each step from a GPU would synchronise); an optimizer
+    that wants it on the device (``capturable``) moves it at its next step."""
     if isinstance(value, Tensor):
         v = value.detach()
-        if key != "step" and param.is_floating_point() and v.is_floating_point():
+        if key == "step":
+            return v.to("cpu").clone()
+        if param.is_floating_point() and v.is_floating_point():
             v = v.to(dtype=param.dtype)
         if str(v.device) != str(param.device):
             v = v.to(param.device)
