@@ -726,16 +726,24 @@ for _name, _uf, _dn in [
 
 
 def _truth(a):
-    # CuPy's logical ufuncs have no complex loops; "nonzero" is what they mean anyway.
+    # CuPy's logical ufuncs have no complex loops; "nonzero" is what they mean anyway. A
+    # Python number is its own truth (it is not rounded to the tensor's dtype first).
+    if not hasattr(a, "dtype"):
+        return bool(a)
     return a != 0 if a.dtype.kind == "c" else a
 
 
+# torch's logical ops take each operand's truth in its own dtype, uncast (float32 0 xor
+# float64 1e-282 is True): only the first input is cast, to itself (torch refuses Python
+# numbers here; TensorPlay takes their truth, as numpy does)
 for _name in ("logical_and", "logical_or", "logical_xor"):
     binary(
         _name,
         lambda xp, a, b, _n=_name: getattr(xp, _n)(_truth(a), _truth(b)),
         ufunc=_name,
         dtype=M.to_bool,
+        cast=(0,),
+        promote="first",
         inplace=True,
     )
 unary(
