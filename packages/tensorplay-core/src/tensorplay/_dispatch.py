@@ -795,10 +795,11 @@ def _cuda_fast(row, arrays: tuple, odt, dev):
     checks (the template made them)."""
     if len(arrays) == 2:
         a, b = arrays
-        if not hasattr(b, "shape") and (row.cast is None or 1 in row.cast):
+        if not hasattr(b, "shape"):
             # a Python number, computed in a's dtype as torch does (rows that do not cast
             # their second input, the logical ops, take the number as it is)
-            arrays = (a, a.dtype.type(b))
+            if row.cast is None or 1 in row.cast:
+                arrays = (a, a.dtype.type(b))
         elif a.shape != b.shape:
             _meta.broadcast_shapes(a.shape, b.shape, op=row.name)  # torch's error
     r = row.kernel(_device.cupy_or_raise(), *arrays)
