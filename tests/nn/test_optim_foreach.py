@@ -1,4 +1,5 @@
-"""The multi-tensor (``foreach``) optimizer updates against the reference single-tensor loop
+"""The multi-tensor (``foreach``) updates of SGD, Adam(W), RMSprop and Adagrad against the
+reference single-tensor loop
 and against torch: same values (bit for bit on the CPU, where both run the same float ops
 in the same order), same state, the version counters bumped, and the reference loop taken
 wherever the fast path does not apply."""
@@ -20,6 +21,11 @@ CONFIGS = [
     ("SGD", {"momentum": 0.9}),
     ("SGD", {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01}),
     ("SGD", {"momentum": 0.5, "dampening": 0.2, "maximize": True}),
+    ("RMSprop", {}),
+    ("RMSprop", {"centered": True, "momentum": 0.9, "weight_decay": 0.1}),
+    ("RMSprop", {"momentum": 0.5, "maximize": True}),
+    ("Adagrad", {}),
+    ("Adagrad", {"lr_decay": 0.1, "weight_decay": 0.1, "maximize": True}),
 ]
 
 SHAPES = [(7, 5), (3,), (), (40000,)]  # the last spans several CUDA blocks
@@ -177,3 +183,33 @@ def test_capturable_keeps_the_step_on_the_device_and_matches(name, kwargs):
         p.grad = tp.ones_like(p)
     opt.step()
     assert all(s["step"].item() == 5 for s in opt.state.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "fn"), [("RMSprop", "rmsprop"), ("Adagrad", "adagrad"), ("SGD", "sgd_momentum")]
+)
+def test_each_optimizer_takes_its_fast_path(monkeypatch, name, fn):
+    calls = []
+    real = getattr(_foreach, fn)
+    monkeypatch.setattr(_foreach, fn, lambda *a, **k: calls.append(1) or real(*a, **k))
+    p = tp.ones(4, requires_grad=True)
+    kwargs = {"momentum": 0.9} if name == "SGD" else {}
+    opt = getattr(tp.optim, name)([p], lr=0.1, **kwargs)
+    for _ in range(2):
+        p.grad = tp.ones(4)
+        opt.step()
+    assert len(calls) == (1 if name == "SGD" else 2)  # SGD's first step creates the buffer
+
+
+def test_adagrad_parameters_at_different_step_counts():
+    def run(foreach):
+        a, b = tp.ones(3, requires_grad=True), tp.ones(2, requires_grad=True)
+        opt = tp.optim.Adagrad([a, b], lr=0.1, lr_decay=0.5, foreach=foreach)
+        a.grad = tp.full((3,), 0.5)
+        opt.step()
+        a.grad, b.grad = tp.full((3,), 0.5), tp.full((2,), -1.0)
+        opt.step()  # a at step 2, b at step 1: two decayed rates in one group
+        return a.detach().numpy(), b.detach().numpy()
+
+    for got, want in zip(run(None), run(False)):
+        np.testing.assert_array_equal(got, want)

@@ -1,6 +1,7 @@
-"""Multi-tensor optimizer updates (the ``foreach`` path of ``Adam``/``AdamW`` and ``SGD``).
+"""Multi-tensor optimizer updates (the ``foreach`` path of ``Adam``/``AdamW``, ``SGD``,
+``RMSprop`` and ``Adagrad``).
 
-The single-tensor loops in ``adam.py``/``sgd.py`` are the reference: one tensorplay op per
+The single-tensor loops in the optimizers' modules are the reference: one tensorplay op per
 arithmetic step and parameter, so each costs a dispatch (CPU) or a kernel launch (CUDA).
 This module computes the same arithmetic, in the same order and precision, on the arrays
 under the tensors:
@@ -27,7 +28,7 @@ import numpy as np
 from tensorplay import Tensor
 from tensorplay._extension import cuda_capturing, cupy_or_raise, dispatch_state
 
-__all__ = ["usable", "adam", "sgd_momentum"]
+__all__ = ["usable", "adam", "sgd_momentum", "rmsprop", "adagrad"]
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -118,32 +119,14 @@ def _adam_cpu(
     # the reference loop's ops, in its order: decay, then
     # m += (1 - beta1) * (g - m); v = v * beta2 + (1 - beta2) * g * g;
     # p += -step_size * (m / (sqrt(v) / bc2_sqrt + eps))
-    size = max(p._data.size for p in params)
-    scratch = {}
-
-    def buf(dt, k):
-        b = scratch.get((dt, k))
-        if b is None:
-            b = scratch[(dt, k)] = np.empty(size, dt)
-        return b
-
+    get = _scratch(params)
+    coupled = 0 if decoupled else wd
     for i, p in enumerate(params):
         pa = p._data.reshape(-1)
-        n = pa.size
-        t = buf(pa.dtype, 0)[:n]
-        g = grads[i]._data.reshape(-1)
+        t, gg = get(pa.dtype, pa.size)
+        g = _prepared_grad(grads[i]._data.reshape(-1), pa, coupled, maximize, t, gg)
         m = ms[i]._data.reshape(-1)
         v = vs[i]._data.reshape(-1)
-        if maximize or (wd != 0 and not decoupled):
-            gg = buf(pa.dtype, 1)[:n]
-            if maximize:
-                np.negative(g, out=gg)
-            else:
-                gg[...] = g
-            if wd != 0 and not decoupled:
-                np.multiply(pa, wd, out=t)
-                gg += t
-            g = gg
         if wd != 0 and decoupled:
             pa *= 1 - lr * wd
         np.subtract(g, m, out=t)
@@ -281,6 +264,16 @@ def _launch_table(columns: list[list[Tensor] | None]):
     return hit
 
 
+def _cuda_launch(src: str, name: str, columns: list, args: tuple) -> None:
+    """One launch of ``src``'s kernel ``name`` per dtype over tensors given column by column
+    (the parameters first); ``args`` are its scalar arguments after the tables."""
+    for dt, idx in _by_dtype(columns[0]).items():
+        cols = [None if c is None else [c[i] for i in idx] for c in columns]
+        rows, blocks, nblocks = _launch_table(cols)
+        fn = _kernel(src, f"{name}_{'f32' if dt == np.float32 else 'f64'}")
+        fn((nblocks,), (_THREADS,), (rows, blocks, *args))
+
+
 def _adam_cuda(
     params,
     grads,
@@ -297,29 +290,19 @@ def _adam_cuda(
     step_size,
     bc2_sqrt,
 ):
-    for dt, idx in _by_dtype(params).items():
-        cols = [params, grads, ms, vs, vmaxs]
-        cols = [None if c is None else [c[i] for i in idx] for c in cols]
-        rows, blocks, nblocks = _launch_table(cols)
-        fn = _kernel(_ADAM_SRC, "adam_f32" if dt == np.float32 else "adam_f64")
-        f64 = np.float64
-        fn(
-            (nblocks,),
-            (_THREADS,),
-            (
-                rows,
-                blocks,
-                f64(lr),
-                f64(beta1),
-                f64(beta2),
-                f64(eps),
-                f64(wd),
-                np.int32(decoupled),
-                np.int32(maximize),
-                f64(step_size),
-                f64(bc2_sqrt),
-            ),
-        )
+    f, i = np.float64, np.int32
+    args = (
+        f(lr),
+        f(beta1),
+        f(beta2),
+        f(eps),
+        f(wd),
+        i(decoupled),
+        i(maximize),
+        f(step_size),
+        f(bc2_sqrt),
+    )
+    _cuda_launch(_ADAM_SRC, "adam", [params, grads, ms, vs, vmaxs], args)
 
 
 def _by_dtype(params: list[Tensor]) -> dict[Any, list[int]]:
@@ -349,46 +332,18 @@ def sgd_momentum(
     if params[0].device.type == "cpu":
         _sgd_cpu(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov, maximize)
     else:
-        for dt, idx in _by_dtype(params).items():
-            cols = [[params[i] for i in idx], [grads[i] for i in idx], [bufs[i] for i in idx]]
-            rows, blocks, nblocks = _launch_table(cols)
-            fn = _kernel(_SGD_SRC, "sgd_f32" if dt == np.float32 else "sgd_f64")
-            f64 = np.float64
-            fn(
-                (nblocks,),
-                (_THREADS,),
-                (
-                    rows,
-                    blocks,
-                    f64(lr),
-                    f64(momentum),
-                    f64(dampening),
-                    f64(weight_decay),
-                    np.int32(nesterov),
-                    np.int32(maximize),
-                ),
-            )
+        f, i = np.float64, np.int32
+        args = (f(lr), f(momentum), f(dampening), f(weight_decay), i(nesterov), i(maximize))
+        _cuda_launch(_SGD_SRC, "sgd", [params, grads, bufs], args)
     _bump(params, bufs)
 
 
 def _sgd_cpu(params, grads, bufs, lr, momentum, dampening, wd, nesterov, maximize):
-    size = max(p._data.size for p in params)
-    scratch: dict = {}
+    get = _scratch(params)
     for i, p in enumerate(params):
         pa = p._data.reshape(-1)
-        n = pa.size
-        key = pa.dtype
-        if key not in scratch:
-            scratch[key] = (np.empty(size, key), np.empty(size, key))
-        t, gg = (s[:n] for s in scratch[key])
-        g = grads[i]._data.reshape(-1)
-        if maximize:
-            np.negative(g, out=gg)
-            g = gg
-        if wd != 0:
-            np.multiply(pa, wd, out=t)
-            np.add(g, t, out=gg)
-            g = gg
+        t, gg = get(pa.dtype, pa.size)
+        g = _prepared_grad(grads[i]._data.reshape(-1), pa, wd, maximize, t, gg)
         b = bufs[i]._data.reshape(-1)
         b *= momentum
         np.multiply(g, 1 - dampening, out=t)
@@ -401,3 +356,173 @@ def _sgd_cpu(params, grads, bufs, lr, momentum, dampening, wd, nesterov, maximiz
             d = b
         np.multiply(d, -lr, out=t)
         pa += t
+
+
+# ---- RMSprop and Adagrad ---------------------------------------------------------------------
+
+
+def _prepared_grad(g, pa, wd, maximize, t, gg):
+    """The gradient as the update reads it: negated (``maximize``), plus ``wd * p``."""
+    if maximize:
+        np.negative(g, out=gg)
+        g = gg
+    if wd != 0:
+        np.multiply(pa, wd, out=t)
+        np.add(g, t, out=gg)
+        g = gg
+    return g
+
+
+def _scratch(params):
+    """Two scratch buffers per dtype, as long as the largest parameter."""
+    size = max(p._data.size for p in params)
+    out: dict = {}
+
+    def get(dt, n):
+        if dt not in out:
+            out[dt] = (np.empty(size, dt), np.empty(size, dt))
+        return out[dt][0][:n], out[dt][1][:n]
+
+    return get
+
+
+def rmsprop(
+    params, grads, square_avgs, grad_avgs, bufs, *, lr, alpha, eps, weight_decay, momentum, maximize
+):
+    """``v = alpha * v + (1 - alpha) * g * g``; centered (``grad_avgs``): ``m += (1 - alpha)
+    * (g - m)`` and ``v - m * m`` under the root; ``p -= lr * b`` with ``b = momentum * b +
+    g / (sqrt(.) + eps)`` (``bufs``), or ``p -= lr * g / (sqrt(.) + eps)``."""
+    if params[0].device.type == "cpu":
+        get = _scratch(params)
+        for i, p in enumerate(params):
+            pa = p._data.reshape(-1)
+            t, gg = get(pa.dtype, pa.size)
+            g = _prepared_grad(grads[i]._data.reshape(-1), pa, weight_decay, maximize, t, gg)
+            v = square_avgs[i]._data.reshape(-1)
+            v *= alpha
+            np.multiply(g, g, out=t)
+            t *= 1 - alpha
+            v += t
+            if grad_avgs is not None:
+                m = grad_avgs[i]._data.reshape(-1)
+                np.subtract(g, m, out=t)
+                t *= 1 - alpha
+                m += t
+                np.multiply(m, m, out=t)
+                np.subtract(v, t, out=t)
+                np.sqrt(t, out=t)
+            else:
+                np.sqrt(v, out=t)
+            t += eps
+            np.divide(g, t, out=t)
+            if bufs is not None:
+                b = bufs[i]._data.reshape(-1)
+                b *= momentum
+                b += t
+                np.multiply(b, -lr, out=t)
+            else:
+                t *= -lr
+            pa += t
+    else:
+        f, i32 = np.float64, np.int32
+        args = (f(lr), f(alpha), f(eps), f(weight_decay), f(momentum), i32(maximize))
+        _cuda_launch(_RMSPROP_SRC, "rmsprop", [params, grads, square_avgs, grad_avgs, bufs], args)
+    _bump(params, square_avgs, grad_avgs or (), bufs or ())
+
+
+def adagrad(params, grads, sums, *, clr, eps, weight_decay, maximize):
+    """``s += g * g; p -= clr * g / (sqrt(s) + eps)`` (``clr``: the decayed rate)."""
+    if params[0].device.type == "cpu":
+        get = _scratch(params)
+        for i, p in enumerate(params):
+            pa = p._data.reshape(-1)
+            t, gg = get(pa.dtype, pa.size)
+            g = _prepared_grad(grads[i]._data.reshape(-1), pa, weight_decay, maximize, t, gg)
+            s = sums[i]._data.reshape(-1)
+            np.multiply(g, g, out=t)
+            s += t
+            np.sqrt(s, out=t)
+            t += eps
+            np.divide(g, t, out=t)
+            t *= -clr
+            pa += t
+    else:
+        f = np.float64
+        args = (f(clr), f(eps), f(weight_decay), np.int32(maximize))
+        _cuda_launch(_ADAGRAD_SRC, "adagrad", [params, grads, sums], args)
+    _bump(params, sums)
+
+
+_RMSPROP_SRC = r"""
+template <typename T>
+__device__ void rmsprop_update(const long long* row, long long start, double lr, double alpha,
+                               double eps, double wd, double momentum, int maximize) {
+  T* p = (T*)row[0];
+  const T* g = (const T*)row[1];
+  T* v = (T*)row[2];
+  T* m = (T*)row[3];
+  T* buf = (T*)row[4];
+  long long n = row[5];
+  long long end = start + CHUNK < n ? start + CHUNK : n;
+  const T a = (T)alpha, c = (T)(1.0 - alpha), e = (T)eps, w = (T)wd, mom = (T)momentum,
+          step = (T)(-lr);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+    T gi = maximize ? -g[i] : g[i];
+    T pi = p[i];
+    if (wd != 0.0) gi = gi + pi * w;
+    T vi = v[i] * a + (gi * gi) * c;
+    v[i] = vi;
+    T avg;
+    if (m) {
+      T mi = m[i] + (gi - m[i]) * c;
+      m[i] = mi;
+      avg = sqrt(vi - mi * mi) + e;
+    } else {
+      avg = sqrt(vi) + e;
+    }
+    T d = gi / avg;
+    if (buf) { d = buf[i] * mom + d; buf[i] = d; }
+    p[i] = pi + d * step;
+  }
+}
+
+#define RMSPROP_KERNEL(NAME, T)                                                              \
+extern "C" __global__ void NAME(const long long* table, const long long* blocks, double lr,  \
+                                double alpha, double eps, double wd, double momentum,        \
+                                int maximize) {                                              \
+  const long long* b = blocks + 2 * blockIdx.x;                                              \
+  rmsprop_update<T>(table + 6 * b[0], b[1], lr, alpha, eps, wd, momentum, maximize);         \
+}
+RMSPROP_KERNEL(rmsprop_f32, float)
+RMSPROP_KERNEL(rmsprop_f64, double)
+"""
+
+_ADAGRAD_SRC = r"""
+template <typename T>
+__device__ void adagrad_update(const long long* row, long long start, double clr, double eps,
+                               double wd, int maximize) {
+  T* p = (T*)row[0];
+  const T* g = (const T*)row[1];
+  T* s = (T*)row[2];
+  long long n = row[3];
+  long long end = start + CHUNK < n ? start + CHUNK : n;
+  const T e = (T)eps, w = (T)wd, step = (T)(-clr);
+  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
+    T gi = maximize ? -g[i] : g[i];
+    T pi = p[i];
+    if (wd != 0.0) gi = gi + pi * w;
+    T si = s[i] + gi * gi;
+    s[i] = si;
+    p[i] = pi + (gi / (sqrt(si) + e)) * step;
+  }
+}
+
+#define ADAGRAD_KERNEL(NAME, T)                                                              \
+extern "C" __global__ void NAME(const long long* table, const long long* blocks, double clr, \
+                                double eps, double wd, int maximize) {                       \
+  const long long* b = blocks + 2 * blockIdx.x;                                              \
+  adagrad_update<T>(table + 4 * b[0], b[1], clr, eps, wd, maximize);                         \
+}
+ADAGRAD_KERNEL(adagrad_f32, float)
+ADAGRAD_KERNEL(adagrad_f64, double)
+"""

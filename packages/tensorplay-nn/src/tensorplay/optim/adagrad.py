@@ -7,7 +7,14 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import Tensor
-from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_grad, _to_scalar
+from tensorplay.optim import _foreach
+from tensorplay.optim.optimizer import (
+    Optimizer,
+    _advance,
+    _check_nonneg,
+    _params_with_grad,
+    _to_scalar,
+)
 
 __all__ = ["Adagrad"]
 
@@ -68,23 +75,39 @@ class Adagrad(Optimizer):
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
-                lr = _to_scalar(group["lr"])
-                lr_decay = group["lr_decay"]
-                eps = group["eps"]
-                weight_decay = group["weight_decay"]
-                maximize = group["maximize"]
-                for p in _params_with_grad(group, "Adagrad", real_only=True):
-                    # groups added later (add_param_group) get their state on first use
-                    state = self._init_state(p, group)
-                    step_t = state["step"]
-                    state_sum = state["sum"]
-                    step_t.add_(1)
-                    step = step_t.item()
-                    grad = p.grad if not maximize else -p.grad
-                    if weight_decay != 0:
-                        grad = grad.add(p, alpha=weight_decay)
-                    clr = lr / (1 + (step - 1) * lr_decay)
-                    state_sum.add_(grad * grad)
-                    std = state_sum.sqrt().add_(eps)
-                    p.add_(grad / std, alpha=-clr)
+                params = _params_with_grad(group, "Adagrad", real_only=True)
+                if not params:
+                    continue
+                lr, lr_decay = _to_scalar(group["lr"]), group["lr_decay"]
+                # groups added later (add_param_group) get their state on first use
+                states = [self._init_state(p, group) for p in params]
+                steps = [_advance(s["step"]) for s in states]
+                grads = [p.grad for p in params]
+                sums = [s["sum"] for s in states]
+                hyper = dict(
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    maximize=group["maximize"],
+                )
+                if _foreach.usable(group.get("foreach"), params, grads, sums):
+                    by_rate: dict[float, list[int]] = {}
+                    for i, step in enumerate(steps):
+                        by_rate.setdefault(lr / (1 + (step - 1) * lr_decay), []).append(i)
+                    for clr, idx in by_rate.items():
+                        cols = [[c[i] for i in idx] for c in (params, grads, sums)]
+                        _foreach.adagrad(*cols, clr=clr, **hyper)
+                    continue
+                for p, grad, state_sum, step in zip(params, grads, sums, steps):
+                    _adagrad_one(p, grad, state_sum, clr=lr / (1 + (step - 1) * lr_decay), **hyper)
         return loss
+
+
+def _adagrad_one(p, grad, state_sum, *, clr, eps, weight_decay, maximize):
+    """The reference single-tensor update, one tensorplay op per step."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    state_sum.add_(grad * grad)
+    std = state_sum.sqrt().add_(eps)
+    p.add_(grad / std, alpha=-clr)

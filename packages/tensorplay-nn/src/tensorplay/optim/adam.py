@@ -9,7 +9,13 @@ import tensorplay as tp
 from tensorplay import Tensor
 from tensorplay._extension import cuda_capturing
 from tensorplay.optim import _foreach
-from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_grad, _to_scalar
+from tensorplay.optim.optimizer import (
+    Optimizer,
+    _advance,
+    _check_nonneg,
+    _params_with_grad,
+    _to_scalar,
+)
 
 __all__ = ["Adam"]
 
@@ -151,17 +157,6 @@ def _refuse_capture(name: str) -> None:
             "step's values; construct it with capturable=True (the step count and the "
             "corrections then stay on the device), or step it outside the graph"
         )
-
-
-def _advance(step_t: Tensor) -> float:
-    """``step += 1`` on the step counter (a CPU float32 scalar); its new value as a float."""
-    a = step_t._data
-    if type(step_t) is Tensor and step_t.device.type == "cpu" and a is not None:
-        a += 1  # what add_(1) does, without a dispatch per parameter
-        step_t._storage._version += 1
-        return float(a)
-    step_t.add_(1)
-    return step_t.item()
 
 
 def _bias(beta1, beta2, lr, step):

@@ -324,3 +324,14 @@ def _params_with_grad(group: dict[str, Any], name: str, real_only: bool = False)
                     f"{p.dtype}); optimise the real and imaginary parts as separate real tensors"
                 )
     return out
+
+
+def _advance(step_t: Tensor) -> float:
+    """``step += 1`` on the step counter (a CPU float32 scalar); its new value as a float."""
+    a = step_t._data
+    if type(step_t) is Tensor and step_t.device.type == "cpu" and a is not None:
+        a += 1  # what add_(1) does, without a dispatch per parameter
+        step_t._storage._version += 1
+        return float(a)
+    step_t.add_(1)
+    return step_t.item()

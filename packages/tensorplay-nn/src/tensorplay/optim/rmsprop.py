@@ -7,13 +7,20 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import Tensor
-from tensorplay.optim.optimizer import Optimizer, _check_nonneg, _params_with_grad, _to_scalar
+from tensorplay.optim import _foreach
+from tensorplay.optim.optimizer import (
+    Optimizer,
+    _advance,
+    _check_nonneg,
+    _params_with_grad,
+    _to_scalar,
+)
 
 __all__ = ["RMSprop"]
 
 
 class RMSprop(Optimizer):
-    """RMSprop, as ``torch.optim.RMSprop`` (single-tensor path).
+    """RMSprop, as ``torch.optim.RMSprop`` (``foreach`` as in ``Adam``).
 
     For each parameter with a gradient ``g`` (negated when ``maximize``)::
 
@@ -61,14 +68,12 @@ class RMSprop(Optimizer):
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
-                lr = _to_scalar(group["lr"])
-                alpha = group["alpha"]
-                eps = group["eps"]
-                weight_decay = group["weight_decay"]
-                momentum = group["momentum"]
-                centered = group["centered"]
-                maximize = group["maximize"]
-                for p in _params_with_grad(group, "RMSprop", real_only=True):
+                params = _params_with_grad(group, "RMSprop", real_only=True)
+                if not params:
+                    continue
+                momentum, centered = group["momentum"], group["centered"]
+                states = []
+                for p in params:
                     state = self.state[p]
                     if len(state) == 0:
                         state["step"] = tp.tensor(0.0, dtype=tp.float32)
@@ -77,28 +82,53 @@ class RMSprop(Optimizer):
                         state["momentum_buffer"] = tp.zeros_like(p)
                     if centered and "grad_avg" not in state:
                         state["grad_avg"] = tp.zeros_like(p)
-
-                    grad = p.grad if not maximize else -p.grad
-                    square_avg = state["square_avg"]
-                    state["step"].add_(1)
-
-                    if weight_decay != 0:
-                        grad = grad.add(p, alpha=weight_decay)
-
-                    square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
-
-                    if centered:
-                        grad_avg = state["grad_avg"]
-                        grad_avg.add_(grad - grad_avg, alpha=1 - alpha)  # lerp_(grad, 1 - alpha)
-                        avg = (square_avg - grad_avg * grad_avg).sqrt_()
-                    else:
-                        avg = square_avg.sqrt()
-                    avg = avg.add_(eps)
-
-                    if momentum > 0:
-                        buf = state["momentum_buffer"]
-                        buf.mul_(momentum).add_(grad / avg)
-                        p.add_(buf, alpha=-lr)
-                    else:
-                        p.add_(grad / avg, alpha=-lr)
+                    _advance(state["step"])
+                    states.append(state)
+                grads = [p.grad for p in params]
+                columns = [params, grads, [s["square_avg"] for s in states]]
+                avgs = [s["grad_avg"] for s in states] if centered else None
+                bufs = [s["momentum_buffer"] for s in states] if momentum > 0 else None
+                hyper = dict(
+                    lr=_to_scalar(group["lr"]),
+                    alpha=group["alpha"],
+                    eps=group["eps"],
+                    weight_decay=group["weight_decay"],
+                    momentum=momentum,
+                    maximize=group["maximize"],
+                )
+                extra = [c for c in (avgs, bufs) if c is not None]
+                if _foreach.usable(group.get("foreach"), *columns, *extra):
+                    _foreach.rmsprop(*columns, avgs, bufs, **hyper)
+                    continue
+                for i, p in enumerate(params):
+                    _rmsprop_one(
+                        p,
+                        grads[i],
+                        columns[2][i],
+                        None if avgs is None else avgs[i],
+                        None if bufs is None else bufs[i],
+                        **hyper,
+                    )
         return loss
+
+
+def _rmsprop_one(
+    p, grad, square_avg, grad_avg, buf, *, lr, alpha, eps, weight_decay, momentum, maximize
+):
+    """The reference single-tensor update, one tensorplay op per step."""
+    if maximize:
+        grad = -grad
+    if weight_decay != 0:
+        grad = grad.add(p, alpha=weight_decay)
+    square_avg.mul_(alpha).add_(grad * grad, alpha=1 - alpha)
+    if grad_avg is not None:
+        grad_avg.add_(grad - grad_avg, alpha=1 - alpha)  # lerp_(grad, 1 - alpha)
+        avg = (square_avg - grad_avg * grad_avg).sqrt_()
+    else:
+        avg = square_avg.sqrt()
+    avg = avg.add_(eps)
+    if buf is not None:
+        buf.mul_(momentum).add_(grad / avg)
+        p.add_(buf, alpha=-lr)
+    else:
+        p.add_(grad / avg, alpha=-lr)
