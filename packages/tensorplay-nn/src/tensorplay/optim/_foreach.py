@@ -61,170 +61,69 @@ def _bump(*lists: list[Tensor]) -> None:
             t._storage._version += 1
 
 
-# ---- Adam / AdamW ------------------------------------------------------------------------------
+# ---- the CPU: numpy in place, parameter by parameter ------------------------------------------
 
 
-def adam(
-    params: list[Tensor],
-    grads: list[Tensor],
-    exp_avgs: list[Tensor],
-    exp_avg_sqs: list[Tensor],
-    max_exp_avg_sqs: list[Tensor] | None,
-    *,
-    lr: float,
-    beta1: float,
-    beta2: float,
-    eps: float,
-    weight_decay: float,
-    decoupled: bool,
-    maximize: bool,
-    step_size: float,
-    bias_correction2_sqrt: float,
-) -> None:
-    """One Adam(W) update of every parameter (all at the same step count)."""
-    hyper = (
-        lr,
-        beta1,
-        beta2,
-        eps,
-        weight_decay,
-        decoupled,
-        maximize,
-        step_size,
-        bias_correction2_sqrt,
-    )
-    if params[0].device.type == "cpu":
-        _adam_cpu(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, *hyper)
-    else:
-        _adam_cuda(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, *hyper)
-    _bump(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or ())
-
-
-def _adam_cpu(
-    params,
-    grads,
-    ms,
-    vs,
-    vmaxs,
-    lr,
-    beta1,
-    beta2,
-    eps,
-    wd,
-    decoupled,
-    maximize,
-    step_size,
-    bc2_sqrt,
-):
-    # the reference loop's ops, in its order: decay, then
-    # m += (1 - beta1) * (g - m); v = v * beta2 + (1 - beta2) * g * g;
-    # p += -step_size * (m / (sqrt(v) / bc2_sqrt + eps))
-    get = _scratch(params)
-    coupled = 0 if decoupled else wd
+def _cpu_rows(params, grads, weight_decay, maximize, *columns):
+    """Per parameter: ``(p, g, t, gg, *cols)`` as flat arrays. ``g`` is the gradient as the
+    update reads it (negated with ``maximize``, plus ``weight_decay * p``), ``t`` and ``gg``
+    are scratch (one pair per dtype, as long as the largest parameter; ``g`` may be ``gg``),
+    ``cols`` the parameter's row of each of ``columns`` (None for a None column)."""
+    size = max(p._data.size for p in params)
+    scratch: dict = {}
     for i, p in enumerate(params):
         pa = p._data.reshape(-1)
-        t, gg = get(pa.dtype, pa.size)
-        g = _prepared_grad(grads[i]._data.reshape(-1), pa, coupled, maximize, t, gg)
-        m = ms[i]._data.reshape(-1)
-        v = vs[i]._data.reshape(-1)
-        if wd != 0 and decoupled:
-            pa *= 1 - lr * wd
-        np.subtract(g, m, out=t)
-        t *= 1 - beta1
-        m += t
-        v *= beta2
-        np.multiply(g, g, out=t)
-        t *= 1 - beta2
-        v += t
-        if vmaxs is not None:
-            vm = vmaxs[i]._data.reshape(-1)
-            np.maximum(vm, v, out=vm)
-            v = vm
-        np.sqrt(v, out=t)
-        t /= bc2_sqrt
-        t += eps
-        np.divide(m, t, out=t)
-        t *= -step_size
-        pa += t
+        n = pa.size
+        if pa.dtype not in scratch:
+            scratch[pa.dtype] = (np.empty(size, pa.dtype), np.empty(size, pa.dtype))
+        t, gg = scratch[pa.dtype][0][:n], scratch[pa.dtype][1][:n]
+        g = grads[i]._data.reshape(-1)
+        if maximize:
+            np.negative(g, out=gg)
+            g = gg
+        if weight_decay != 0:
+            np.multiply(pa, weight_decay, out=t)
+            np.add(g, t, out=gg)
+            g = gg
+        cols = (None if c is None else c[i]._data.reshape(-1) for c in columns)
+        yield (pa, g, t, gg, *cols)
 
+
+def _on_cpu(params) -> bool:
+    return params[0].device.type == "cpu"
+
+
+# ---- CUDA: one launch per dtype over a table of pointers -----------------------------------------
 
 _CHUNK = 16384  # elements per block: small tensors take one block, large ones many
 _THREADS = 256
 
-_ADAM_SRC = r"""
+# Shared by every kernel source. A kernel reads row ``b[0]`` of the table (the tensors'
+# pointers, then the element count) and updates elements ``[b[1], b[1] + CHUNK)`` of it;
+# ``KERNELS`` declares its float and double entry points (``SIG``, ``ARGS``: parenthesised
+# scalar parameters and the update's arguments).
+_PRELUDE = r"""
+#define CHUNK_LOOP(i, start, n)                                                               \
+  for (long long i = start + threadIdx.x, end_ = start + CHUNK < n ? start + CHUNK : n;       \
+       i < end_; i += blockDim.x)
+
+// the gradient as the update reads it: negated with maximize, plus wd * p
 template <typename T>
-__device__ void adam_update(const long long* row, long long start, double lr, double beta1,
-                            double beta2, double eps, double wd, int decoupled, int maximize,
-                            double step_size, double bc2_sqrt) {
-  T* p = (T*)row[0];
-  const T* g = (const T*)row[1];
-  T* m = (T*)row[2];
-  T* v = (T*)row[3];
-  T* vmax = (T*)row[4];
-  long long n = row[5];
-  long long end = start + CHUNK < n ? start + CHUNK : n;
-  const T decay = (T)(1.0 - lr * wd), c1 = (T)(1.0 - beta1), b2 = (T)beta2,
-          c2 = (T)(1.0 - beta2), bc2 = (T)bc2_sqrt, e = (T)eps, ss = (T)(-step_size),
-          w = (T)wd;
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    T gi = maximize ? -g[i] : g[i];
-    T pi = p[i];
-    if (wd != 0.0) {
-      if (decoupled) pi = pi * decay; else gi = gi + pi * w;
-    }
-    T mi = m[i] + (gi - m[i]) * c1;
-    T vi = v[i] * b2 + (gi * gi) * c2;
-    m[i] = mi;
-    v[i] = vi;
-    if (vmax) { vi = vi > vmax[i] ? vi : vmax[i]; vmax[i] = vi; }
-    T denom = sqrt(vi) / bc2 + e;
-    p[i] = pi + (mi / denom) * ss;
+__device__ __forceinline__ T tp_grad(T g, T p, int maximize, double wd) {
+  if (maximize) g = -g;
+  return wd != 0.0 ? g + p * (T)wd : g;
+}
+
+#define UNPAREN(...) __VA_ARGS__
+#define ENTRY(NAME, T, UPDATE, COLS, SIG, ARGS)                                               \
+  extern "C" __global__ void NAME(const long long* table, const long long* blocks,            \
+                                  UNPAREN SIG) {                                              \
+    const long long* b = blocks + 2 * blockIdx.x;                                             \
+    UPDATE<T>(table + (COLS + 1) * b[0], b[1], UNPAREN ARGS);                                 \
   }
-}
-
-#define ADAM_KERNEL(NAME, T)                                                                \
-extern "C" __global__ void NAME(const long long* table, const long long* blocks,           \
-                                double lr, double beta1, double beta2, double eps,         \
-                                double wd, int decoupled, int maximize, double step_size,  \
-                                double bc2_sqrt) {                                         \
-  const long long* b = blocks + 2 * blockIdx.x;                                            \
-  adam_update<T>(table + 6 * b[0], b[1], lr, beta1, beta2, eps, wd, decoupled, maximize,   \
-                 step_size, bc2_sqrt);                                                     \
-}
-ADAM_KERNEL(adam_f32, float)
-ADAM_KERNEL(adam_f64, double)
-"""
-
-_SGD_SRC = r"""
-template <typename T>
-__device__ void sgd_update(const long long* row, long long start, double lr, double momentum,
-                           double dampening, double wd, int nesterov, int maximize) {
-  T* p = (T*)row[0];
-  const T* g = (const T*)row[1];
-  T* buf = (T*)row[2];
-  long long n = row[3];
-  long long end = start + CHUNK < n ? start + CHUNK : n;
-  const T mom = (T)momentum, damp = (T)(1.0 - dampening), w = (T)wd, step = (T)(-lr);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    T gi = maximize ? -g[i] : g[i];
-    T pi = p[i];
-    if (wd != 0.0) gi = gi + pi * w;
-    T bi = buf[i] * mom + gi * damp;
-    buf[i] = bi;
-    T d = nesterov ? gi + bi * mom : bi;
-    p[i] = pi + d * step;
-  }
-}
-
-#define SGD_KERNEL(NAME, T)                                                                 \
-extern "C" __global__ void NAME(const long long* table, const long long* blocks, double lr, \
-                                double momentum, double dampening, double wd, int nesterov, \
-                                int maximize) {                                             \
-  const long long* b = blocks + 2 * blockIdx.x;                                             \
-  sgd_update<T>(table + 4 * b[0], b[1], lr, momentum, dampening, wd, nesterov, maximize);   \
-}
-SGD_KERNEL(sgd_f32, float)
-SGD_KERNEL(sgd_f64, double)
+#define KERNELS(NAME, UPDATE, COLS, SIG, ARGS)                                                \
+  ENTRY(NAME##_f32, float, UPDATE, COLS, SIG, ARGS)                                           \
+  ENTRY(NAME##_f64, double, UPDATE, COLS, SIG, ARGS)
 """
 
 _modules: dict[str, Any] = {}
@@ -237,7 +136,7 @@ def _kernel(src: str, name: str):
     mod = _modules.get(src)
     if mod is None:
         cp = cupy_or_raise()
-        code = f"#define CHUNK {_CHUNK}\n" + src
+        code = f"#define CHUNK {_CHUNK}\n" + _PRELUDE + src
         mod = _modules[src] = cp.RawModule(code=code, options=("-std=c++14",))
     return mod.get_function(name)
 
@@ -264,52 +163,112 @@ def _launch_table(columns: list[list[Tensor] | None]):
     return hit
 
 
-def _cuda_launch(src: str, name: str, columns: list, args: tuple) -> None:
+def _cuda_launch(src: str, name: str, columns: list, *args) -> None:
     """One launch of ``src``'s kernel ``name`` per dtype over tensors given column by column
-    (the parameters first); ``args`` are its scalar arguments after the tables."""
-    for dt, idx in _by_dtype(columns[0]).items():
+    (the parameters first). ``args`` are its scalar arguments after the tables: floats are
+    passed as doubles, bools as ints."""
+    scalars = tuple(np.int32(a) if isinstance(a, bool) else np.float64(a) for a in args)
+    by_dtype: dict[Any, list[int]] = {}
+    for i, p in enumerate(columns[0]):
+        by_dtype.setdefault(p._data.dtype, []).append(i)
+    for dt, idx in by_dtype.items():
         cols = [None if c is None else [c[i] for i in idx] for c in columns]
         rows, blocks, nblocks = _launch_table(cols)
         fn = _kernel(src, f"{name}_{'f32' if dt == np.float32 else 'f64'}")
-        fn((nblocks,), (_THREADS,), (rows, blocks, *args))
+        fn((nblocks,), (_THREADS,), (rows, blocks, *scalars))
 
 
-def _adam_cuda(
-    params,
-    grads,
-    ms,
-    vs,
-    vmaxs,
-    lr,
-    beta1,
-    beta2,
-    eps,
-    wd,
-    decoupled,
-    maximize,
-    step_size,
-    bc2_sqrt,
-):
-    f, i = np.float64, np.int32
-    args = (
-        f(lr),
-        f(beta1),
-        f(beta2),
-        f(eps),
-        f(wd),
-        i(decoupled),
-        i(maximize),
-        f(step_size),
-        f(bc2_sqrt),
-    )
-    _cuda_launch(_ADAM_SRC, "adam", [params, grads, ms, vs, vmaxs], args)
+# ---- Adam / AdamW ------------------------------------------------------------------------------
 
 
-def _by_dtype(params: list[Tensor]) -> dict[Any, list[int]]:
-    out: dict[Any, list[int]] = {}
-    for i, p in enumerate(params):
-        out.setdefault(p._data.dtype, []).append(i)
-    return out
+def adam(
+    params: list[Tensor],
+    grads: list[Tensor],
+    exp_avgs: list[Tensor],
+    exp_avg_sqs: list[Tensor],
+    max_exp_avg_sqs: list[Tensor] | None,
+    *,
+    lr: float,
+    beta1: float,
+    beta2: float,
+    eps: float,
+    weight_decay: float,
+    decoupled: bool,
+    maximize: bool,
+    step_size: float,
+    bias_correction2_sqrt: float,
+) -> None:
+    """One Adam(W) update of every parameter (all at the same step count): the reference
+    loop's ops in its order: the decay, ``m += (1 - beta1) * (g - m)``, ``v = v * beta2 +
+    (1 - beta2) * g * g``, ``p += -step_size * (m / (sqrt(v) / bias_correction2_sqrt + eps))``."""
+    if _on_cpu(params):
+        coupled = 0 if decoupled else weight_decay
+        rows = _cpu_rows(params, grads, coupled, maximize, exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
+        for pa, g, t, _, m, v, vmax in rows:
+            if weight_decay != 0 and decoupled:
+                pa *= 1 - lr * weight_decay
+            np.subtract(g, m, out=t)
+            t *= 1 - beta1
+            m += t
+            v *= beta2
+            np.multiply(g, g, out=t)
+            t *= 1 - beta2
+            v += t
+            if vmax is not None:
+                np.maximum(vmax, v, out=vmax)
+                v = vmax
+            np.sqrt(v, out=t)
+            t /= bias_correction2_sqrt
+            t += eps
+            np.divide(m, t, out=t)
+            t *= -step_size
+            pa += t
+    else:
+        columns = [params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs]
+        _cuda_launch(
+            _ADAM_SRC,
+            "adam",
+            columns,
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            bool(decoupled),
+            bool(maximize),
+            step_size,
+            bias_correction2_sqrt,
+        )
+    _bump(params, exp_avgs, exp_avg_sqs, max_exp_avg_sqs or ())
+
+
+_ADAM_SRC = r"""
+template <typename T>
+__device__ void adam_update(const long long* row, long long start, double lr, double beta1,
+                            double beta2, double eps, double wd, int decoupled, int maximize,
+                            double step_size, double bc2_sqrt) {
+  T *p = (T*)row[0], *m = (T*)row[2], *v = (T*)row[3], *vmax = (T*)row[4];
+  const T* g = (const T*)row[1];
+  const T decay = (T)(1.0 - lr * wd), c1 = (T)(1.0 - beta1), b2 = (T)beta2,
+          c2 = (T)(1.0 - beta2), bc2 = (T)bc2_sqrt, e = (T)eps, ss = (T)(-step_size);
+  CHUNK_LOOP(i, start, row[5]) {
+    T pi = p[i];
+    T gi = tp_grad(g[i], pi, maximize, decoupled ? 0.0 : wd);
+    if (decoupled && wd != 0.0) pi = pi * decay;
+    T mi = m[i] + (gi - m[i]) * c1;
+    T vi = v[i] * b2 + (gi * gi) * c2;
+    m[i] = mi;
+    v[i] = vi;
+    if (vmax) { vi = vi > vmax[i] ? vi : vmax[i]; vmax[i] = vi; }
+    T denom = sqrt(vi) / bc2 + e;
+    p[i] = pi + (mi / denom) * ss;
+  }
+}
+KERNELS(adam, adam_update, 5,
+        (double lr, double beta1, double beta2, double eps, double wd, int decoupled,
+         int maximize, double step_size, double bc2_sqrt),
+        (lr, beta1, beta2, eps, wd, decoupled, maximize, step_size, bc2_sqrt))
+"""
 
 
 # ---- SGD with momentum (steps after the first, which creates the buffers) ----------------------
@@ -329,61 +288,57 @@ def sgd_momentum(
 ) -> None:
     """``buf = momentum * buf + (1 - dampening) * g; p -= lr * (g + momentum * buf if
     nesterov else buf)`` for every parameter, ``g`` the (decayed, signed) gradient."""
-    if params[0].device.type == "cpu":
-        _sgd_cpu(params, grads, bufs, lr, momentum, dampening, weight_decay, nesterov, maximize)
+    if _on_cpu(params):
+        for pa, g, t, gg, b in _cpu_rows(params, grads, weight_decay, maximize, bufs):
+            b *= momentum
+            np.multiply(g, 1 - dampening, out=t)
+            b += t
+            if nesterov:
+                np.multiply(b, momentum, out=t)
+                np.add(g, t, out=gg)
+                d = gg
+            else:
+                d = b
+            np.multiply(d, -lr, out=t)
+            pa += t
     else:
-        f, i = np.float64, np.int32
-        args = (f(lr), f(momentum), f(dampening), f(weight_decay), i(nesterov), i(maximize))
-        _cuda_launch(_SGD_SRC, "sgd", [params, grads, bufs], args)
+        _cuda_launch(
+            _SGD_SRC,
+            "sgd",
+            [params, grads, bufs],
+            lr,
+            momentum,
+            dampening,
+            weight_decay,
+            bool(nesterov),
+            bool(maximize),
+        )
     _bump(params, bufs)
 
 
-def _sgd_cpu(params, grads, bufs, lr, momentum, dampening, wd, nesterov, maximize):
-    get = _scratch(params)
-    for i, p in enumerate(params):
-        pa = p._data.reshape(-1)
-        t, gg = get(pa.dtype, pa.size)
-        g = _prepared_grad(grads[i]._data.reshape(-1), pa, wd, maximize, t, gg)
-        b = bufs[i]._data.reshape(-1)
-        b *= momentum
-        np.multiply(g, 1 - dampening, out=t)
-        b += t
-        if nesterov:
-            np.multiply(b, momentum, out=t)
-            np.add(g, t, out=gg)
-            d = gg
-        else:
-            d = b
-        np.multiply(d, -lr, out=t)
-        pa += t
+_SGD_SRC = r"""
+template <typename T>
+__device__ void sgd_update(const long long* row, long long start, double lr, double momentum,
+                           double dampening, double wd, int nesterov, int maximize) {
+  T *p = (T*)row[0], *buf = (T*)row[2];
+  const T* g = (const T*)row[1];
+  const T mom = (T)momentum, damp = (T)(1.0 - dampening), step = (T)(-lr);
+  CHUNK_LOOP(i, start, row[3]) {
+    T pi = p[i];
+    T gi = tp_grad(g[i], pi, maximize, wd);
+    T bi = buf[i] * mom + gi * damp;
+    buf[i] = bi;
+    T d = nesterov ? gi + bi * mom : bi;
+    p[i] = pi + d * step;
+  }
+}
+KERNELS(sgd, sgd_update, 3,
+        (double lr, double momentum, double dampening, double wd, int nesterov, int maximize),
+        (lr, momentum, dampening, wd, nesterov, maximize))
+"""
 
 
-# ---- RMSprop and Adagrad ---------------------------------------------------------------------
-
-
-def _prepared_grad(g, pa, wd, maximize, t, gg):
-    """The gradient as the update reads it: negated (``maximize``), plus ``wd * p``."""
-    if maximize:
-        np.negative(g, out=gg)
-        g = gg
-    if wd != 0:
-        np.multiply(pa, wd, out=t)
-        np.add(g, t, out=gg)
-        g = gg
-    return g
-
-
-def _scratch(params):
-    """Two scratch buffers per dtype, as long as the largest parameter."""
-    size = max(p._data.size for p in params)
-    out: dict = {}
-
-    def get(dt, n):
-        if dt not in out:
-            out[dt] = (np.empty(size, dt), np.empty(size, dt))
-        return out[dt][0][:n], out[dt][1][:n]
-
-    return get
+# ---- RMSprop and Adagrad -------------------------------------------------------------------------
 
 
 def rmsprop(
@@ -392,19 +347,14 @@ def rmsprop(
     """``v = alpha * v + (1 - alpha) * g * g``; centered (``grad_avgs``): ``m += (1 - alpha)
     * (g - m)`` and ``v - m * m`` under the root; ``p -= lr * b`` with ``b = momentum * b +
     g / (sqrt(.) + eps)`` (``bufs``), or ``p -= lr * g / (sqrt(.) + eps)``."""
-    if params[0].device.type == "cpu":
-        get = _scratch(params)
-        for i, p in enumerate(params):
-            pa = p._data.reshape(-1)
-            t, gg = get(pa.dtype, pa.size)
-            g = _prepared_grad(grads[i]._data.reshape(-1), pa, weight_decay, maximize, t, gg)
-            v = square_avgs[i]._data.reshape(-1)
+    if _on_cpu(params):
+        rows = _cpu_rows(params, grads, weight_decay, maximize, square_avgs, grad_avgs, bufs)
+        for pa, g, t, _, v, m, b in rows:
             v *= alpha
             np.multiply(g, g, out=t)
             t *= 1 - alpha
             v += t
-            if grad_avgs is not None:
-                m = grad_avgs[i]._data.reshape(-1)
+            if m is not None:
                 np.subtract(g, m, out=t)
                 t *= 1 - alpha
                 m += t
@@ -415,8 +365,7 @@ def rmsprop(
                 np.sqrt(v, out=t)
             t += eps
             np.divide(g, t, out=t)
-            if bufs is not None:
-                b = bufs[i]._data.reshape(-1)
+            if b is not None:
                 b *= momentum
                 b += t
                 np.multiply(b, -lr, out=t)
@@ -424,52 +373,23 @@ def rmsprop(
                 t *= -lr
             pa += t
     else:
-        f, i32 = np.float64, np.int32
-        args = (f(lr), f(alpha), f(eps), f(weight_decay), f(momentum), i32(maximize))
-        _cuda_launch(_RMSPROP_SRC, "rmsprop", [params, grads, square_avgs, grad_avgs, bufs], args)
+        columns = [params, grads, square_avgs, grad_avgs, bufs]
+        _cuda_launch(
+            _RMSPROP_SRC, "rmsprop", columns, lr, alpha, eps, weight_decay, momentum, bool(maximize)
+        )
     _bump(params, square_avgs, grad_avgs or (), bufs or ())
-
-
-def adagrad(params, grads, sums, *, clr, eps, weight_decay, maximize):
-    """``s += g * g; p -= clr * g / (sqrt(s) + eps)`` (``clr``: the decayed rate)."""
-    if params[0].device.type == "cpu":
-        get = _scratch(params)
-        for i, p in enumerate(params):
-            pa = p._data.reshape(-1)
-            t, gg = get(pa.dtype, pa.size)
-            g = _prepared_grad(grads[i]._data.reshape(-1), pa, weight_decay, maximize, t, gg)
-            s = sums[i]._data.reshape(-1)
-            np.multiply(g, g, out=t)
-            s += t
-            np.sqrt(s, out=t)
-            t += eps
-            np.divide(g, t, out=t)
-            t *= -clr
-            pa += t
-    else:
-        f = np.float64
-        args = (f(clr), f(eps), f(weight_decay), np.int32(maximize))
-        _cuda_launch(_ADAGRAD_SRC, "adagrad", [params, grads, sums], args)
-    _bump(params, sums)
 
 
 _RMSPROP_SRC = r"""
 template <typename T>
 __device__ void rmsprop_update(const long long* row, long long start, double lr, double alpha,
                                double eps, double wd, double momentum, int maximize) {
-  T* p = (T*)row[0];
+  T *p = (T*)row[0], *v = (T*)row[2], *m = (T*)row[3], *buf = (T*)row[4];
   const T* g = (const T*)row[1];
-  T* v = (T*)row[2];
-  T* m = (T*)row[3];
-  T* buf = (T*)row[4];
-  long long n = row[5];
-  long long end = start + CHUNK < n ? start + CHUNK : n;
-  const T a = (T)alpha, c = (T)(1.0 - alpha), e = (T)eps, w = (T)wd, mom = (T)momentum,
-          step = (T)(-lr);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    T gi = maximize ? -g[i] : g[i];
+  const T a = (T)alpha, c = (T)(1.0 - alpha), e = (T)eps, mom = (T)momentum, step = (T)(-lr);
+  CHUNK_LOOP(i, start, row[5]) {
     T pi = p[i];
-    if (wd != 0.0) gi = gi + pi * w;
+    T gi = tp_grad(g[i], pi, maximize, wd);
     T vi = v[i] * a + (gi * gi) * c;
     v[i] = vi;
     T avg;
@@ -485,44 +405,45 @@ __device__ void rmsprop_update(const long long* row, long long start, double lr,
     p[i] = pi + d * step;
   }
 }
-
-#define RMSPROP_KERNEL(NAME, T)                                                              \
-extern "C" __global__ void NAME(const long long* table, const long long* blocks, double lr,  \
-                                double alpha, double eps, double wd, double momentum,        \
-                                int maximize) {                                              \
-  const long long* b = blocks + 2 * blockIdx.x;                                              \
-  rmsprop_update<T>(table + 6 * b[0], b[1], lr, alpha, eps, wd, momentum, maximize);         \
-}
-RMSPROP_KERNEL(rmsprop_f32, float)
-RMSPROP_KERNEL(rmsprop_f64, double)
+KERNELS(rmsprop, rmsprop_update, 5,
+        (double lr, double alpha, double eps, double wd, double momentum, int maximize),
+        (lr, alpha, eps, wd, momentum, maximize))
 """
+
+
+def adagrad(params, grads, sums, *, clr, eps, weight_decay, maximize):
+    """``s += g * g; p -= clr * g / (sqrt(s) + eps)`` (``clr``: the decayed rate)."""
+    if _on_cpu(params):
+        for pa, g, t, _, s in _cpu_rows(params, grads, weight_decay, maximize, sums):
+            np.multiply(g, g, out=t)
+            s += t
+            np.sqrt(s, out=t)
+            t += eps
+            np.divide(g, t, out=t)
+            t *= -clr
+            pa += t
+    else:
+        _cuda_launch(
+            _ADAGRAD_SRC, "adagrad", [params, grads, sums], clr, eps, weight_decay, bool(maximize)
+        )
+    _bump(params, sums)
+
 
 _ADAGRAD_SRC = r"""
 template <typename T>
 __device__ void adagrad_update(const long long* row, long long start, double clr, double eps,
                                double wd, int maximize) {
-  T* p = (T*)row[0];
+  T *p = (T*)row[0], *s = (T*)row[2];
   const T* g = (const T*)row[1];
-  T* s = (T*)row[2];
-  long long n = row[3];
-  long long end = start + CHUNK < n ? start + CHUNK : n;
-  const T e = (T)eps, w = (T)wd, step = (T)(-clr);
-  for (long long i = start + threadIdx.x; i < end; i += blockDim.x) {
-    T gi = maximize ? -g[i] : g[i];
+  const T e = (T)eps, step = (T)(-clr);
+  CHUNK_LOOP(i, start, row[3]) {
     T pi = p[i];
-    if (wd != 0.0) gi = gi + pi * w;
+    T gi = tp_grad(g[i], pi, maximize, wd);
     T si = s[i] + gi * gi;
     s[i] = si;
     p[i] = pi + (gi / (sqrt(si) + e)) * step;
   }
 }
-
-#define ADAGRAD_KERNEL(NAME, T)                                                              \
-extern "C" __global__ void NAME(const long long* table, const long long* blocks, double clr, \
-                                double eps, double wd, int maximize) {                       \
-  const long long* b = blocks + 2 * blockIdx.x;                                              \
-  adagrad_update<T>(table + 4 * b[0], b[1], clr, eps, wd, maximize);                         \
-}
-ADAGRAD_KERNEL(adagrad_f32, float)
-ADAGRAD_KERNEL(adagrad_f64, double)
+KERNELS(adagrad, adagrad_update, 3, (double clr, double eps, double wd, int maximize),
+        (clr, eps, wd, maximize))
 """
