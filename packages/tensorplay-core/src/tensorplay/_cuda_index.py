@@ -15,11 +15,9 @@ any dtype); atomic adds by dtype (int32, int64, float32, float64).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from tensorplay import _device, _device_checks
+from tensorplay import _device, _device_checks, _meta
 
 __all__ = ["gather", "index_select", "scatter"]
 
@@ -122,10 +120,6 @@ def _run(kernel: str, total: int, arrays: tuple, sizes: tuple, dev: int, name: s
     fn((min(-(-total // _THREADS), _MAX_BLOCKS),), (_THREADS,), args)
 
 
-def _split(shape, d):
-    return math.prod(shape[:d]), shape[d], math.prod(shape[d + 1 :])
-
-
 def _ok(*arrays) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
@@ -135,14 +129,13 @@ def gather(a, d: int, idx):
     where that does not apply."""
     j = _INDEX_TYPES.get(idx.dtype.char)
     t = _COPY_TYPES.get(a.dtype.itemsize)
-    if j is None or t is None or a.ndim != idx.ndim or not _ok(a, idx):
-        return None
-    if any(m != n for i, (m, n) in enumerate(zip(a.shape, idx.shape)) if i != d):
+    split = _meta.split_along(a.shape, idx.shape, d)
+    if j is None or t is None or split is None or not _ok(a, idx):
         return None
     cp = _device.cupy_or_raise()
     out = cp.ndarray(idx.shape, a.dtype)
     if idx.size:
-        _, k, inner = _split(idx.shape, d)
+        _, k, inner = split
         sizes = (k, inner, a.shape[d])
         _run(f"tp_gather<{t}, {j}>", idx.size, (a, idx, out), sizes, a.device.id, "gather", d)
     return out
@@ -159,7 +152,7 @@ def index_select(a, d: int, idx):
     out = cp.ndarray(a.shape[:d] + (n,) + a.shape[d + 1 :], a.dtype)
     total = out.size
     if total:
-        _, _, inner = _split(a.shape, d)
+        _, _, inner = _meta.split_along(a.shape, a.shape, d)
         kernel = f"tp_index_select<{t}, {j}>"
         _run(kernel, total, (a, idx, out), (n, inner, a.shape[d]), a.device.id, "index_select", d)
     return out
@@ -173,12 +166,11 @@ def scatter(out, d: int, idx, src, add: bool) -> bool:
     t = _ADD_TYPES.get(out.dtype.char) if add else _COPY_TYPES.get(out.dtype.itemsize)
     if j is None or t is None or not hasattr(src, "shape") or src.dtype != out.dtype:
         return False
-    if out.ndim != idx.ndim or src.shape != idx.shape or not _ok(out, idx, src):
-        return False
-    if any(m != n for i, (m, n) in enumerate(zip(out.shape, idx.shape)) if i != d):
+    split = _meta.split_along(out.shape, idx.shape, d)
+    if split is None or src.shape != idx.shape or not _ok(out, idx, src):
         return False
     if idx.size:
-        _, k, inner = _split(idx.shape, d)
+        _, k, inner = split
         kernel = f"tp_scatter{'_add' if add else ''}<{t}, {j}>"
         sizes = (k, inner, out.shape[d])
         _run(kernel, idx.size, (out, idx, src), sizes, out.device.id, "scatter", d)

@@ -7,6 +7,8 @@ naming the op) and they alone define what a ``meta`` tensor op returns.
 
 from __future__ import annotations
 
+import math
+
 from tensorplay import _dtype as D
 
 # ---- shape rules ------------------------------------------------------------------
@@ -39,6 +41,18 @@ def pointwise_shape(op: str, *args, **_params) -> tuple:
     if len(shapes) == 1:
         return shapes[0]
     return broadcast_shapes(*shapes, op=op)
+
+
+def split_along(shape, index_shape, d: int):
+    """``(outer, k, inner)`` of ``index_shape`` around dim ``d`` when it has ``shape``'s
+    rank and sizes apart from ``d`` (a gather/scatter index laid out as its input, so a
+    contiguous pair is walked as (outer, k, inner) against (outer, shape[d], inner));
+    None otherwise."""
+    if len(shape) != len(index_shape):
+        return None
+    if any(m != n for i, (m, n) in enumerate(zip(shape, index_shape)) if i != d):
+        return None
+    return math.prod(index_shape[:d]), index_shape[d], math.prod(index_shape[d + 1 :])
 
 
 def wrap_dim(dim, ndim: int, op: str) -> int:

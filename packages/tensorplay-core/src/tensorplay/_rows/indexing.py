@@ -6,8 +6,6 @@ indices); a 0-d input, index or src counts as 1-d of size 1, as in torch.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tensorplay import _cuda_index, _dtype as D, _meta as M
@@ -213,13 +211,12 @@ def _native_add(flat, d, idx, src) -> bool:
     if NATIVE is None or src is None or flat.dtype.char not in _NATIVE_ADD:
         return False
     src = src.reshape(_as_1d(src.shape))
-    if src.dtype != flat.dtype or src.shape != idx.shape or flat.ndim != idx.ndim:
-        return False
-    if any(m != n for i, (m, n) in enumerate(zip(flat.shape, idx.shape)) if i != d):
+    split = M.split_along(flat.shape, idx.shape, d)
+    if src.dtype != flat.dtype or src.shape != idx.shape or split is None:
         return False
     if not (flat.flags.c_contiguous and flat.flags.writeable):
         return False
-    outer, k, inner = math.prod(idx.shape[:d]), idx.shape[d], math.prod(idx.shape[d + 1 :])
+    outer, k, inner = split
     NATIVE.scatter_add(
         flat, np.ascontiguousarray(idx, np.int64), np.ascontiguousarray(src), outer, k, inner
     )
