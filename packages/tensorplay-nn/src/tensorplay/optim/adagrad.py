@@ -13,6 +13,7 @@ from tensorplay.optim.optimizer import (
     _advance,
     _check_nonneg,
     _params_with_grad,
+    _split_by,
     _to_scalar,
 )
 
@@ -90,11 +91,8 @@ class Adagrad(Optimizer):
                     maximize=group["maximize"],
                 )
                 if _foreach.usable(group.get("foreach"), params, grads, sums):
-                    by_rate: dict[float, list[int]] = {}
-                    for i, step in enumerate(steps):
-                        by_rate.setdefault(lr / (1 + (step - 1) * lr_decay), []).append(i)
-                    for clr, idx in by_rate.items():
-                        cols = [[c[i] for i in idx] for c in (params, grads, sums)]
+                    rates = [lr / (1 + (step - 1) * lr_decay) for step in steps]
+                    for clr, cols in _split_by(rates, [params, grads, sums]):
                         _foreach.adagrad(*cols, clr=clr, **hyper)
                     continue
                 for p, grad, state_sum, step in zip(params, grads, sums, steps):

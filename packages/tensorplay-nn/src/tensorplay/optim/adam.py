@@ -14,6 +14,7 @@ from tensorplay.optim.optimizer import (
     _advance,
     _check_nonneg,
     _params_with_grad,
+    _split_by,
     _to_scalar,
 )
 
@@ -108,8 +109,8 @@ class Adam(Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Perform one optimisation step; returns ``closure()``'s loss when given."""
-        if not all(g.get("capturable", False) for g in self.param_groups):
-            _refuse_capture(self._name)
+        if cuda_capturing() and not all(g.get("capturable", False) for g in self.param_groups):
+            raise _capture_refused(self._name)
         loss = self._eval_closure(closure)
         with tp.no_grad():
             for group in self.param_groups:
@@ -146,17 +147,16 @@ class Adam(Optimizer):
         return loss
 
 
-def _refuse_capture(name: str) -> None:
+def _capture_refused(name: str) -> RuntimeError:
     """Without ``capturable`` the bias corrections are computed on the host from the step
     count: a CUDA graph would replay the captured step's values forever, so a capture is
     refused (as torch refuses it)."""
-    if cuda_capturing():
-        raise RuntimeError(
-            f"{name}.step() cannot be captured in a CUDA graph: its bias corrections are "
-            "computed on the host from the step count and a replay would reuse the captured "
-            "step's values; construct it with capturable=True (the step count and the "
-            "corrections then stay on the device), or step it outside the graph"
-        )
+    return RuntimeError(
+        f"{name}.step() cannot be captured in a CUDA graph: its bias corrections are "
+        "computed on the host from the step count and a replay would reuse the captured "
+        "step's values; construct it with capturable=True (the step count and the "
+        "corrections then stay on the device), or step it outside the graph"
+    )
 
 
 def _bias(beta1, beta2, lr, step):
@@ -169,11 +169,7 @@ def _bias(beta1, beta2, lr, step):
 def _adam_multi(columns, steps, amsgrad, *, lr, betas, eps, weight_decay, maximize, decoupled):
     """The multi-tensor update, once per distinct step count (normally one)."""
     beta1, beta2 = betas
-    by_step: dict[float, list[int]] = {}
-    for i, s in enumerate(steps):
-        by_step.setdefault(s, []).append(i)
-    for step, idx in by_step.items():
-        cols = [[c[i] for i in idx] for c in columns] if len(idx) < len(steps) else columns
+    for step, cols in _split_by(steps, columns):
         step_size, bc2_sqrt = _bias(beta1, beta2, lr, step)
         _foreach.adam(
             *cols[:4],

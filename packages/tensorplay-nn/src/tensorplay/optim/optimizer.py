@@ -335,3 +335,15 @@ def _advance(step_t: Tensor) -> float:
         return float(a)
     step_t.add_(1)
     return step_t.item()
+
+
+def _split_by(keys: list, columns: list[list]) -> list[tuple[Any, list[list]]]:
+    """``(key, columns)`` for each distinct per-parameter key, the columns restricted to
+    that key's parameters (the columns themselves when every key is the same, the usual
+    case): multi-tensor updates run once per step count or rate."""
+    groups: dict[Any, list[int]] = {}
+    for i, k in enumerate(keys):
+        groups.setdefault(k, []).append(i)
+    if len(groups) == 1:
+        return [(keys[0], columns)]
+    return [(k, [[c[i] for i in idx] for c in columns]) for k, idx in groups.items()]
