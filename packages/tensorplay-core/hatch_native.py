@@ -56,7 +56,12 @@ def _extension():  # type: ignore[no-untyped-def]
             f"building tensorplay._C needs pybind11, numpy and setuptools ({e})"
         ) from e
     return Pybind11Extension(
-        "tensorplay._C", [str(SOURCE)], include_dirs=[numpy.get_include()], cxx_std=17
+        "tensorplay._C",
+        [str(SOURCE)],
+        include_dirs=[numpy.get_include()],
+        # dlopen for cuda_launch (part of libc from glibc 2.34; a separate library before)
+        libraries=["dl"] if sys.platform.startswith("linux") else [],
+        cxx_std=17,
     )
 
 

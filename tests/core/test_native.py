@@ -8,6 +8,7 @@ whenever the twin's would, and misuse is an error, not a crash.
 
 from __future__ import annotations
 
+import ctypes.util
 import inspect
 import os
 import pickle
@@ -264,6 +265,26 @@ def test_misuse_of_native_entry_points_is_an_error_not_a_crash():
     assert C.any_requires_grad([1, [tp.ones(1), x]]) is True
     assert C.any_requires_grad((tp.ones(1), 2.0)) is False
     assert _native._any_requires_grad([1, [tp.ones(1), x]]) is True  # the twin agrees
+
+
+@needs_native
+def test_cuda_launch_checks_its_arguments_before_the_driver():
+    launch = _native.NATIVE.cuda_launch
+    with pytest.raises(ValueError, match="CUfunction, not 0"):
+        launch(0, 1, 1, 0, "p", (0,))
+    with pytest.raises(ValueError, match="block in"):
+        launch(1, 1, 2048, 0, "p", (0,))
+    with pytest.raises(ValueError, match="one code per argument"):
+        launch(1, 1, 32, 0, "pp", (0,))
+    with pytest.raises(ValueError, match="unknown signature code 'x'"):
+        launch(1, 1, 32, 0, "x", (0,))
+    with pytest.raises(TypeError):
+        launch(1, 1, 32, 0, "q", ("not a number",))
+    with pytest.raises(OverflowError):
+        launch(1, 1, 32, 0, "q", (1 << 70,))
+    if ctypes.util.find_library("cuda") is None:  # no driver: the launch is refused, clearly
+        with pytest.raises(RuntimeError, match="CUDA driver"):
+            launch(1, 1, 32, 0, "pfq", (0, 1.5, 3))
 
 
 @needs_native

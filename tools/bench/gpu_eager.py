@@ -12,11 +12,12 @@
   128 tokens, width 256) the same way;
 * each step captured into a CUDA graph and replayed (tp.cuda.graph), against torch eager
   (target <= 0.3x) and torch's own graph replay;
-* device bandwidth of ``x * 2.0`` on 64M float32 (CUDA events), TB/s.
+* device bandwidth on 64M float32 (CUDA events), TB/s: ``x * 2.0``, ``x + y``, a bias
+  add, ``exp``, ``relu`` and ``sum``, against copy bandwidth.
 
 Targets (issue 16): per-op host cost <= 1.0x torch; the MLP step <= 1.0x torch; pointwise
-bandwidth >= 90% of copy bandwidth. A candidate whose library is absent is left out;
-without CUDA the script says so and exits 0.
+bandwidth >= 90% of copy bandwidth, reductions >= 80%. A candidate whose library is absent
+is left out; without CUDA the script says so and exits 0.
 """
 
 from __future__ import annotations
@@ -347,31 +348,73 @@ def _device_ms(fn: Callable[[], object], reps: int) -> float:
     return statistics.median(times)
 
 
+def _bandwidth_cases(n: int) -> dict:
+    """case -> (bytes moved per call, {library: callable}) on n float32 elements."""
+    cases: dict = {}
+    libs = {"tp": tp}
+    if torch is not None:
+        libs["torch"] = torch
+    if cp is not None:
+        libs["cupy"] = cp
+    width = 1024  # the bias case: (n / width, width) + (width,)
+    for lib_name, lib in libs.items():
+        if lib_name == "cupy":
+            x = cp.random.standard_normal(n, dtype=cp.float32)
+            y, bias = cp.random.standard_normal(n, dtype=cp.float32), x[:width].copy()
+        elif lib_name == "torch":
+            x, y, bias = (torch.randn(k, device="cuda") for k in (n, n, width))
+        else:
+            x, y, bias = (tp.randn(k, device="cuda") for k in (n, n, width))
+        x2 = x.reshape(n // width, width)
+        exp = lib.exp
+        relu = (lambda v: cp.maximum(v, 0)) if lib_name == "cupy" else lib.relu
+        total = lib.sum
+        bind = [
+            ("x * 2.0", 8 * n, lambda x=x: x * 2.0),
+            ("x + y", 12 * n, lambda x=x, y=y: x + y),
+            ("x + bias (rows of 1024)", 8 * n, lambda x2=x2, b=bias: x2 + b),
+            ("exp(x)", 8 * n, lambda x=x, f=exp: f(x)),
+            ("relu(x)", 8 * n, lambda x=x, f=relu: f(x)),
+            ("sum(x)", 4 * n, lambda x=x, f=total: f(x)),
+        ]
+        for case, nbytes, fn in bind:
+            cases.setdefault(case, (nbytes, {}))[1][lib_name] = fn
+    return cases
+
+
 def bandwidth(results: dict) -> None:
+    """Device TB/s of pointwise, broadcast and reduction ops on 64M float32, as a fraction of
+    copy bandwidth (cudaMemcpy through cupy.copyto). Targets: pointwise >= 0.9, sum >= 0.8."""
     if cp is None:
         return
     n = (1 << 24) if QUICK else (1 << 26)
     reps = 5 if QUICK else 20
     src = cp.random.standard_normal(n, dtype=cp.float32)
     dst = cp.empty_like(src)
-    copy_ms = _device_ms(lambda: cp.copyto(dst, src), reps)
-    a = tp.randn(n, device="cuda")
-    cands = {"copy (cupy.copyto)": copy_ms, "tp x * 2.0": _device_ms(lambda: a * 2.0, reps)}
-    cands["cupy x * 2.0"] = _device_ms(lambda: src * 2.0, reps)
-    if torch is not None:
-        ta = torch.randn(n, device="cuda")
-        cands["torch x * 2.0"] = _device_ms(lambda: ta * 2.0, reps)
-    rows = []
-    for name, ms in cands.items():
-        tbs = 2 * n * 4 / (ms * 1e-3) / 1e12
-        rows.append((name, f"{ms:.3f}", f"{tbs:.2f}", f"{copy_ms / ms:.2f}"))
-        results[f"bandwidth {name}"] = tbs
+    copy_tbs = 8 * n / (_device_ms(lambda: cp.copyto(dst, src), reps) * 1e-3) / 1e12
+    rows = [("copy (cupy.copyto)", f"{copy_tbs:.2f}", "-", "-", "1.00", "-")]
+    results["bandwidth copy"] = copy_tbs
+    for case, (nbytes, cands) in _bandwidth_cases(n).items():
+        tbs = {k: nbytes / (_device_ms(fn, reps) * 1e-3) / 1e12 for k, fn in cands.items()}
+        goal = 0.8 if case.startswith("sum") else 0.9
+        share = tbs["tp"] / copy_tbs
+        rows.append(
+            (
+                case,
+                f"{tbs['tp']:.2f}",
+                f"{tbs['torch']:.2f}" if "torch" in tbs else "-",
+                f"{tbs['cupy']:.2f}" if "cupy" in tbs else "-",
+                f"{share:.2f}",
+                f">= {goal} {'ok' if share >= goal else 'MISS'}",
+            )
+        )
+        results[f"bandwidth {case}"] = tbs
     print()
     print(
         table(
-            f"x * 2.0 on {n >> 20}M float32 (device ms, CUDA events)",
+            f"device bandwidth on {n >> 20}M float32 (TB/s, CUDA events)",
             rows,
-            ("case", "ms", "TB/s", "of copy"),
+            ("case", "tp", "torch", "cupy", "tp of copy", "goal"),
         )
     )
 

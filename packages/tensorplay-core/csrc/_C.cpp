@@ -22,6 +22,9 @@
 //                   _rows/convolution.py's _max_pool_arrays).
 //   scatter_add     scatter(dim, reduce="add") along one dim of contiguous arrays (twin:
 //                   numpy's add.at, _rows/indexing.py's add_at).
+//   cuda_launch     one CUDA kernel launch through the driver's cuLaunchKernel, the arguments
+//                   converted by a signature string (twin: the CuPy Function's own call,
+//                   _cuda_launch.py); CuPy's call builds an object per argument.
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -46,6 +49,11 @@
 #include <vector>
 
 #include "dlpack_abi.h"
+
+#if defined(__linux__)
+#include <dlfcn.h>
+#endif
+#include <string>
 
 namespace py = pybind11;
 
@@ -1174,6 +1182,105 @@ void scatter_add(py::object oo, py::object io, py::object so, npy_intp outer, np
     if (!done) throw py::type_error("scatter_add(): float32/float64/int32/int64 only");
 }
 
+// ---- cuda_launch ------------------------------------------------------------------------
+// The driver is found at run time (CuPy has loaded it by then): the module builds and imports
+// where no CUDA toolkit or driver exists, and only a launch there raises.
+
+using CuLaunchKernel = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, unsigned, void *, void **, void **);
+using CuGetErrorName = int (*)(int, const char **);
+
+struct Driver {
+    CuLaunchKernel launch = nullptr;
+    CuGetErrorName error_name = nullptr;
+    bool tried = false;
+};
+
+Driver &driver() {
+    static Driver d;
+    if (!d.tried) {
+        d.tried = true;
+#if defined(__linux__)
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        if (!lib) lib = dlopen("libcuda.so.1", RTLD_NOW);
+        if (lib) {
+            d.launch = reinterpret_cast<CuLaunchKernel>(dlsym(lib, "cuLaunchKernel"));
+            d.error_name = reinterpret_cast<CuGetErrorName>(dlsym(lib, "cuGetErrorName"));
+        }
+#endif
+    }
+    return d;
+}
+
+union LaunchArg {
+    void *p;
+    float f;
+    double d;
+    int8_t b;
+    uint8_t B;
+    int16_t h;
+    int32_t i;
+    uint32_t I;
+    int64_t q;
+    bool t;
+};
+
+constexpr size_t MAX_LAUNCH_ARGS = 32;
+
+// function: a CUfunction (CuPy's Function.ptr); stream: a CUstream (0: the legacy default);
+// signature: one code per argument: p (a device address, int), f/d (float32/64), b/B/h/i/I/q
+// (int8, uint8, int16, int32, uint32, int64), ? (bool)
+void cuda_launch(uintptr_t function, unsigned grid, unsigned block, uintptr_t stream,
+                 const std::string &signature, py::tuple args) {
+    if (!function) throw py::value_error("cuda_launch(): function must be a CUfunction, not 0");
+    if (!grid || !block || block > 1024)
+        throw py::value_error("cuda_launch(): grid must be >= 1 and block in [1, 1024]");
+    const size_t n = signature.size();
+    if (n != static_cast<size_t>(args.size()) || n > MAX_LAUNCH_ARGS)
+        throw py::value_error("cuda_launch(): the signature needs one code per argument (at "
+                              "most 32); got " + std::to_string(n) + " codes for " +
+                              std::to_string(args.size()) + " arguments");
+    LaunchArg values[MAX_LAUNCH_ARGS];
+    void *params[MAX_LAUNCH_ARGS];
+    for (size_t k = 0; k < n; ++k) {
+        PyObject *o = PyTuple_GET_ITEM(args.ptr(), k);
+        LaunchArg &v = values[k];
+        switch (signature[k]) {
+            case 'p': v.p = PyLong_AsVoidPtr(o); break;
+            case 'f': v.f = static_cast<float>(PyFloat_AsDouble(o)); break;
+            case 'd': v.d = PyFloat_AsDouble(o); break;
+            case 'b': v.b = static_cast<int8_t>(PyLong_AsLongLong(o)); break;
+            case 'B': v.B = static_cast<uint8_t>(PyLong_AsLongLong(o)); break;
+            case 'h': v.h = static_cast<int16_t>(PyLong_AsLongLong(o)); break;
+            case 'i': v.i = static_cast<int32_t>(PyLong_AsLongLong(o)); break;
+            case 'I': v.I = static_cast<uint32_t>(PyLong_AsUnsignedLongLong(o)); break;
+            case 'q': v.q = PyLong_AsLongLong(o); break;
+            case '?': {
+                int t = PyObject_IsTrue(o);
+                v.t = t > 0;
+                break;
+            }
+            default:
+                throw py::value_error(std::string("cuda_launch(): unknown signature code '") +
+                                      signature[k] + "' (expected one of p f d b B h i I q ?)");
+        }
+        if (PyErr_Occurred()) throw py::error_already_set();
+        params[k] = &v;
+    }
+    Driver &drv = driver();
+    if (!drv.launch)
+        throw std::runtime_error("cuda_launch(): the CUDA driver (libcuda.so.1) cannot be "
+                                 "loaded in this process");
+    int r = drv.launch(reinterpret_cast<void *>(function), grid, 1, 1, block, 1, 1, 0,
+                       reinterpret_cast<void *>(stream), params, nullptr);
+    if (r != 0) {
+        const char *name = nullptr;
+        if (drv.error_name) drv.error_name(r, &name);
+        throw std::runtime_error(std::string("cuda_launch(): cuLaunchKernel failed: ") +
+                                 (name ? name : "CUDA error " + std::to_string(r)));
+    }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -1218,6 +1325,10 @@ PYBIND11_MODULE(_C, m) {
           py::arg("outer"), py::arg("k"), py::arg("inner"),
           "out[o, index[o, j, i], i] += src[o, j, i] in place (twin: numpy's add.at in "
           "tensorplay._rows.indexing.add_at)");
+    m.def("cuda_launch", &cuda_launch, py::arg("function"), py::arg("grid"), py::arg("block"),
+          py::arg("stream"), py::arg("signature"), py::arg("args"),
+          "Launch a CUfunction on a 1-D grid, its arguments converted by the signature codes "
+          "(twin: the CuPy Function's call, tensorplay._cuda_launch)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
 }

@@ -15,9 +15,8 @@ any dtype); atomic adds by dtype (int32, int64, float32, float64).
 
 from __future__ import annotations
 
-import numpy as np
-
 from tensorplay import _device, _device_checks, _meta
+from tensorplay._cuda_launch import launch
 
 __all__ = ["gather", "index_select", "scatter"]
 
@@ -91,7 +90,7 @@ _THREADS = 256
 _MAX_BLOCKS = 8192
 
 _module = None
-_functions: dict = {}  # kernel name -> CuPy Function (get_function costs a lookup per call)
+_functions: dict = {}  # kernel name -> cupy.cuda.Function (get_function costs a lookup per call)
 
 
 def _names_all() -> list[str]:
@@ -114,10 +113,10 @@ def _run(kernel: str, total: int, arrays: tuple, sizes: tuple, dev: int, name: s
             cp = _device.cupy_or_raise()
             names = _names_all()
             _module = cp.RawModule(code=_SRC, options=("-std=c++14",), name_expressions=names)
-        fn = _functions[kernel] = _module.get_function(kernel)
+        fn = _functions[kernel] = _module.get_function(kernel).kernel  # the cupy Function
     record, code = _device_checks.check_record(dev, name)
-    args = (*arrays, np.int64(total), *map(np.int64, sizes), record, np.int64(code), np.int64(d))
-    fn((min(-(-total // _THREADS), _MAX_BLOCKS),), (_THREADS,), args)
+    args = (*(a.data.ptr for a in arrays), total, *sizes, record.data.ptr, code, d)
+    launch(fn, min(-(-total // _THREADS), _MAX_BLOCKS), _THREADS, "pppqqqqpqq", args)
 
 
 def _ok(*arrays) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tensorplay import _device, _dtype as D, _meta
+from tensorplay import _cuda_pointwise, _device, _dtype as D, _meta
 from tensorplay._device import CPU, META
 from tensorplay._native import NATIVE
 from tensorplay._storage import cpu_empty
@@ -176,6 +176,9 @@ class OpDef:
     n_inputs: Any = 1
     cast: tuple | None = None  # indexes of inputs cast to the compute dtype
     ufunc: str | None = None  # numpy/CuPy ufunc name: enables the fast path
+    # A C expression of the elements ``a`` (and ``b``) in the compute dtype, for a row whose
+    # result has that dtype: its CUDA kernel for contiguous inputs (``_cuda_pointwise``)
+    cuda: str = ""
     allow: str = "bifc"  # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
     # Python numbers as inputs after the first must fit the result dtype where its kind is
     # listed: i(nt) h(alf: float16, bfloat16) f(loat32/64) c(omplex). torch checks them
@@ -507,6 +510,9 @@ def execute(
             and inplace.dtype is odt
             and params == row.defaults
         ):
+            if xp is not np and _cuda_expr(row, arrays, odt, inplace._data) is not None:
+                inplace._bump_version()
+                return inplace
             quiet = _quiet_on() if xp is np else None
             try:
                 getattr(xp, row.ufunc)(*arrays, out=inplace._data)
@@ -518,6 +524,8 @@ def execute(
         kernel = row.kernel
         if row.device_kernels:
             kernel = _device_kernel(row, dev, arrays, params)
+        elif row.cuda and xp is not np and cdt is odt and params == row.defaults:
+            kernel = _expr_kernel(row, odt)
         quiet = _quiet_on() if row.may_warn and xp is np else None
         try:
             result = _wrap_result(row, kernel(xp, *arrays, **params), odt, dev)
@@ -802,8 +810,29 @@ def _cuda_fast(row, arrays: tuple, odt, dev):
                 arrays = (a, a.dtype.type(b))
         elif a.shape != b.shape:
             _meta.broadcast_shapes(a.shape, b.shape, op=row.name)  # torch's error
-    r = row.kernel(_device.cupy_or_raise(), *arrays)
+    r = _cuda_expr(row, arrays, odt)
+    if r is None:
+        r = row.kernel(_device.cupy_or_raise(), *arrays)
     return adopt_array(r if r.dtype == odt.np else r.astype(odt.np), odt, dev)
+
+
+def _expr_kernel(row: OpDef, odt) -> Callable:
+    """The row's kernel, with its ``cuda`` expression first where that applies."""
+
+    def run(xp, *arrays, **params):
+        r = _cuda_expr(row, arrays, odt)
+        return row.kernel(xp, *arrays, **params) if r is None else r
+
+    return run
+
+
+def _cuda_expr(row, arrays, odt, out=None):
+    """The row's ``cuda`` expression as one vectorised kernel, or None where it does not
+    apply (no expression, a kernel set with ``set_device_kernel``, another dtype, a layout
+    ``_cuda_pointwise`` does not cover)."""
+    if not row.cuda or row.device_kernels or getattr(arrays[0], "dtype", odt.np) != odt.np:
+        return None
+    return _cuda_pointwise.run(row.cuda, arrays, out)
 
 
 def _fast_record(row, targs, result):

@@ -20,6 +20,8 @@ native                        Python twin
                               argmax indices of 2-D max pooling, float32/float64)
 ``scatter_add``               numpy's ``add.at`` in ``_rows.indexing`` (scatter with
                               ``reduce="add"`` along one dim of contiguous arrays)
+``cuda_launch``               the CuPy ``Function``'s call in ``_cuda_launch.launch`` (a
+                              launch of our own CUDA kernels through ``cuLaunchKernel``)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================

@@ -179,6 +179,7 @@ binary(
     _add,
     params="input, other, *, alpha=1",
     ufunc="add",
+    cuda="a + b",
     dtype=_alpha_dtype,
     dunders=("__add__", "__radd__", "__iadd__"),
     scalar_opmath=(0, 1),  # ``2.5 + x`` is add(x, 2.5) in torch
@@ -229,6 +230,7 @@ binary(
     _sub,
     params="input, other, *, alpha=1",
     ufunc="subtract",
+    cuda="a - b",
     dtype=_alpha_dtype,
     allow="ifc",
     scalar_opmath=(1,),  # not ``2.5 - x``: torch's rsub rounds 2.5 to x's dtype first
@@ -239,6 +241,7 @@ binary(
 binary(
     "mul",
     ufunc="multiply",
+    cuda="a * b",
     dunders=("__mul__", "__rmul__", "__imul__"),
     scalar_opmath=(0, 1),
     vjp=pointwise_rule(lambda a, b: b, lambda a, b: a)["vjp"],
@@ -258,6 +261,7 @@ binary(
     _div,
     params="input, other, *, rounding_mode=None",
     ufunc="true_divide",
+    cuda="a / b",
     dtype=_div_dtype,
     scalar_opmath=(1,),
     dunders=("__truediv__", "__rtruediv__", "__itruediv__"),
@@ -365,6 +369,7 @@ binary(
 unary(
     "neg",
     ufunc="negative",
+    cuda="-a",
     allow="ifc",
     dunders=("__neg__",),
     vjp=lambda ctx, grad: (-grad,),
@@ -409,7 +414,13 @@ unary(
     dtype=M.to_float,
     **pointwise_rule(lambda x, out: -out * out),
 )
-unary("sqrt", ufunc="sqrt", dtype=M.to_float, **pointwise_rule(lambda x, out: 0.5 / out))
+unary(
+    "sqrt",
+    ufunc="sqrt",
+    cuda="sqrt(a)",
+    dtype=M.to_float,
+    **pointwise_rule(lambda x, out: 0.5 / out),
+)
 unary(
     "rsqrt",
     lambda xp, a: 1 / xp.sqrt(a),
@@ -438,7 +449,10 @@ for _name, _uf, _d in [
     ("cosh", "cosh", lambda x: x.sinh()),
     ("tanh", "tanh", lambda x, out: 1 - out * out),
 ]:
-    unary(_name, ufunc=_uf, dtype=M.to_float, **pointwise_rule(_d))
+    # CUDA's math library has each under the C name, overloaded for float and double; CuPy's
+    # exp2 is not exp2() (1 ulp apart): it keeps CuPy's kernel
+    _cuda = f"{_name}(a)" if _name != "exp2" else ""
+    unary(_name, ufunc=_uf, cuda=_cuda, dtype=M.to_float, **pointwise_rule(_d))
 
 
 def _erf(xp, a):
@@ -508,6 +522,7 @@ def _silu_derivative(x):
 unary(
     "relu",
     lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
+    cuda="(a > (T)0 || a != a) ? a : (T)0",  # NaN stays NaN, as numpy's maximum keeps it
     allow="if",
     # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
     # where(out <= 0, 0, grad) (torch's threshold_backward): NaN passes its gradient
