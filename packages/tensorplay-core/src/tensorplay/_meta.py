@@ -56,6 +56,8 @@ def split_along(shape, index_shape, d: int):
 
 
 def wrap_dim(dim, ndim: int, op: str) -> int:
+    if type(dim) is int and -ndim <= dim < ndim:  # the common call
+        return dim % ndim
     if isinstance(dim, bool) or not isinstance(dim, int):
         try:
             dim = dim.__index__()

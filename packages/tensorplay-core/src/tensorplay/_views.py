@@ -113,11 +113,12 @@ def permute(t, dims):
 def transpose(t, dim0, dim1):
     n = t.dim()
     a, b = wrap_dim(dim0, n, "transpose"), wrap_dim(dim1, n, "transpose")
-    if not n:  # transpose(0-d, 0, -1) is the identity (torch)
-        return _geo(t)
-    axes = list(range(n))
-    axes[a], axes[b] = axes[b], axes[a]
-    return permute(t, axes)
+    shape, st, off = _geo(t)
+    if a == b or not n:  # transpose(0-d, 0, -1) is the identity (torch)
+        return shape, st, off
+    shape, st = list(shape), list(st)
+    shape[a], shape[b], st[a], st[b] = shape[b], shape[a], st[b], st[a]
+    return tuple(shape), tuple(st), off
 
 
 def t_(t):
