@@ -43,26 +43,7 @@ from tensorplay._dtype import (  # torch's aliases
     set_default_dtype,
     uint8,
 )
-from tensorplay._factories import (
-    Generator,
-    arange,
-    as_tensor,
-    empty,
-    eye,
-    from_numpy,
-    full,
-    initial_seed,
-    linspace,
-    manual_seed,
-    ones,
-    rand,
-    randint,
-    randn,
-    randperm,
-    seed,
-    tensor,
-    zeros,
-)
+from tensorplay._factories import Generator, initial_seed, manual_seed, seed
 from tensorplay._meta import broadcast_shapes
 from tensorplay._storage import UntypedStorage
 from tensorplay._tensor import Size, Tensor
@@ -77,13 +58,27 @@ from tensorplay.autograd.grad_mode import (
     set_grad_enabled,
 )
 from tensorplay.overrides import (  # hand-written and overridable (see overrides)
+    arange,
+    as_tensor,
+    empty,
     empty_like,
+    eye,
+    from_numpy,
+    full,
     full_like,
+    linspace,
     numel,
+    ones,
     ones_like,
+    rand,
     rand_like,
+    randint,
     randint_like,
+    randn,
     randn_like,
+    randperm,
+    tensor,
+    zeros,
     zeros_like,
 )
 from tensorplay.utils import _python_dispatch  # noqa: F401 - installs the dispatch-mode hook

@@ -16,7 +16,25 @@ __all__ = ["device", "cupy_or_raise", "array_module"]
 _TYPES = ("cpu", "cuda", "meta")
 
 
-class device:
+# Set by tensorplay.overrides: ``hook(cls, args, kwargs)`` runs a ``tp.device(...)`` call
+# through the active function modes, or returns ``NotImplemented`` when none is active.
+mode_hook = None
+
+
+class _DeviceType(type):
+    """``tp.device(...)`` passes the function modes first, as ``torch.device`` does (a mode
+    can return its own object); internal code builds devices with ``_make``."""
+
+    def __call__(cls, *args, **kwargs):
+        hook = mode_hook
+        if hook is not None:
+            result = hook(cls, args, kwargs)
+            if result is not NotImplemented:
+                return result
+        return cls.__new__(cls, *args, **kwargs)
+
+
+class device(metaclass=_DeviceType):
     """``tp.device("cpu" | "cuda" | "cuda:0" | "meta")`` or ``tp.device("cuda", 1)``."""
 
     __slots__ = ("type", "index")
@@ -48,7 +66,7 @@ class device:
 
     def __eq__(self, other) -> bool:
         if isinstance(other, str):
-            other = device(other)
+            other = _make(other)
         return self is other
 
     def __hash__(self) -> int:
@@ -83,8 +101,13 @@ def _parse(spec, index):
     return typ, (None if typ != "cuda" else index)
 
 
-CPU = device("cpu")
-META = device("meta")
+def _make(spec="cpu", index: int | None = None) -> device:
+    """``device(spec, index)`` without the function modes (TensorPlay's own calls)."""
+    return device.__new__(device, spec, index)
+
+
+CPU = _make("cpu")
+META = _make("meta")
 
 
 _on_load: list = []  # called with the cupy module once it imports and sees a device
@@ -143,9 +166,9 @@ def array_module(dev: device):
 
 def canonical(dev) -> device:
     """Resolve ``dev`` (str/int/device/None) and pin ``cuda`` to the current index."""
-    d = device(dev) if dev is not None else CPU
+    d = _make(dev) if dev is not None else CPU
     if d.type == "cuda":
         cp = cupy_or_raise()
         if d.index is None:
-            d = device("cuda", cp.cuda.runtime.getDevice())
+            d = _make("cuda", cp.cuda.runtime.getDevice())
     return d

@@ -984,7 +984,10 @@ _REDUCE_FAST = """
 # the general path would only add its checks (~3 µs) around the same _call_view.
 _VIEW_FAST = """
     if type({a}) is _T and _st.plain and not {a}.requires_grad:
-        return _call_view(_row, {targs}, {kw})
+        try:
+            return _call_view(_row, {targs}, {kw})
+        except TypeError:
+            pass  # an argument of another type: the general path asks its handler or raises
 """
 
 

@@ -164,7 +164,8 @@ def _device_str(t) -> str:
 
 
 def tensor_repr(t) -> str:
-    prefix = "tensor("
+    # a subclass prints its own name (torch: ``S([1., 2.])``)
+    prefix = "tensor(" if type(t).__name__ == "Tensor" else f"{type(t).__name__}("
     indent = len(prefix)
     suffixes = []
     if t.device.type != "cpu":

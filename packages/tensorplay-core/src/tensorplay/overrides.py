@@ -36,10 +36,14 @@ The rules are PyTorch's:
   return that string.
 * Operators: when no handler accepts ``t + obj``, ``Tensor.__add__`` returns
   ``NotImplemented`` (instead of raising) so Python falls back to ``obj.__radd__``.
-* ``Tensor.__tensorplay_function__`` is a classmethod default that runs ``func`` with
-  subclass handling disabled; a subclass handler may end in
-  ``super().__tensorplay_function__(func, types, args, kwargs)``. Unlike PyTorch it
-  does not convert results to the subclass (they stay plain ``Tensor``).
+* Tensor subclasses take part as PyTorch's do: ``Tensor.__tensorplay_function__`` is a
+  classmethod default that runs ``func`` with subclass handling disabled and returns its
+  Tensor results as the subclass (``as_subclass``), so ``type(S(...) + t)`` is ``S``
+  through ops, views, in-place ops and autograd. A subclass handler may end in
+  ``super().__tensorplay_function__(func, types, args, kwargs)``; a subclass opts out
+  with ``__tensorplay_function__ = disabled_tensorplay_function_impl``.
+  ``DisableTensorPlayFunctionSubclass`` / ``DisableTensorPlayFunction`` switch the
+  protocol off for subclasses / for everything (modes included) inside a ``with``.
 
 ``TensorPlayFunctionMode`` objects see every public call made inside their ``with``
 block, before the arguments' handlers. Modes stack per thread; the innermost one sees a
@@ -62,12 +66,21 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from tensorplay import _dispatch, _factories
+from tensorplay import _device, _dispatch, _factories
 from tensorplay._dispatch import OPS, _split_params, state
 from tensorplay._tensor import Tensor
 
 __all__ = [
+    "BaseTensorPlayFunctionMode",
+    "DisableTensorPlayFunction",
+    "DisableTensorPlayFunctionSubclass",
     "TensorPlayFunctionMode",
+    "disabled_tensorplay_function_impl",
+    "get_ignored_functions",
+    "get_testing_overrides",
+    "is_tensor_method_or_property",
+    "resolve_name",
+    "wrap_tensorplay_function",
     "get_overridable_functions",
     "handle_tensorplay_function",
     "has_tensorplay_function",
@@ -81,18 +94,49 @@ _PLAIN = frozenset({int, float, bool, complex, str, type(None), np.dtype, slice,
 class _TLS(threading.local):
     def __init__(self):
         self.modes: list = []  # innermost last
-        self.subclass_disabled = 0  # > 0 inside Tensor.__tensorplay_function__
+        # > 0 inside Tensor.__tensorplay_function__ / DisableTensorPlayFunctionSubclass
+        self.subclass_disabled = 0
+        self.all_disabled = 0  # > 0 inside DisableTensorPlayFunction: modes are skipped too
 
 
 _tls = _TLS()
 
 
 def _tensor_default(cls, func, types, args=(), kwargs=None):
-    """``Tensor.__tensorplay_function__``: run ``func`` with subclass handlers disabled.
+    """``Tensor.__tensorplay_function__``: run ``func`` with subclass handlers disabled and
+    return its Tensor results as ``cls`` (``as_subclass``), as PyTorch's default does.
 
-    Function modes still apply. Results are returned as computed (not converted to
-    ``cls``).
+    Function modes still apply. A call with an overloaded type that ``cls`` does not derive
+    from is declined (``NotImplemented``), so that type's handler runs instead.
     """
+    if not all(issubclass(cls, t) for t in types):
+        return NotImplemented
+    _tls.subclass_disabled += 1
+    try:
+        return _convert(func(*args, **(kwargs or {})), cls)
+    finally:
+        _tls.subclass_disabled -= 1
+
+
+def _convert(ret, cls):
+    """``ret`` with its Tensors (also inside tuples and lists) made ``cls`` instances."""
+    if cls is Tensor:
+        return ret
+    if isinstance(ret, Tensor):
+        return ret if isinstance(ret, cls) else _as_subclass(ret, cls)
+    if isinstance(ret, (tuple, list)):
+        items = [_convert(r, cls) for r in ret]
+        if hasattr(ret, "_fields"):  # a named tuple (sort, max along a dim, ...)
+            return type(ret)(*items)
+        return type(ret)(items)
+    return ret
+
+
+def disabled_tensorplay_function_impl(cls, func, types, args=(), kwargs=None):
+    """A ``__tensorplay_function__`` that opts a Tensor subclass out of the protocol (its
+    instances act as plain Tensors and results stay plain): PyTorch's
+    ``torch._C._disabled_torch_function_impl``. Assign it as a classmethod or a plain
+    function: ``__tensorplay_function__ = disabled_tensorplay_function_impl``."""
     _tls.subclass_disabled += 1
     try:
         return func(*args, **(kwargs or {}))
@@ -100,18 +144,76 @@ def _tensor_default(cls, func, types, args=(), kwargs=None):
         _tls.subclass_disabled -= 1
 
 
-def _overrides(obj) -> bool:
-    """``obj``'s type defines ``__tensorplay_function__`` (other than Tensor's default).
+_NOT_OVERLOADED = (_tensor_default, disabled_tensorplay_function_impl)
 
-    Inside ``Tensor.__tensorplay_function__`` Tensor subclasses do not count.
-    """
+
+def _overrides(obj) -> bool:
+    """``obj`` takes part in the protocol: its type defines ``__tensorplay_function__``, or
+    it is an instance of a Tensor subclass (which inherits Tensor's default, converting
+    results to the subclass) that has not opted out. Inside ``Tensor.__tensorplay_function__``
+    and ``DisableTensorPlayFunctionSubclass`` Tensor subclasses do not count; inside
+    ``DisableTensorPlayFunction`` nothing does."""
     t = type(obj)
     if t is Tensor or t in _PLAIN:
         return False
     method = getattr(t, "__tensorplay_function__", None)
-    if method is None or getattr(method, "__func__", None) is _tensor_default:
+    if method is None or _tls.all_disabled:
         return False
-    return not (_tls.subclass_disabled and isinstance(obj, Tensor))
+    if isinstance(obj, Tensor):
+        return not _tls.subclass_disabled and getattr(method, "__func__", method) not in (
+            disabled_tensorplay_function_impl,
+        )
+    return getattr(method, "__func__", method) not in _NOT_OVERLOADED
+
+
+class DisableTensorPlayFunctionSubclass:
+    """``with DisableTensorPlayFunctionSubclass():`` Tensor subclasses act as plain Tensors
+    (their handlers are not called, results are not converted); function modes still apply.
+    PyTorch's ``torch._C.DisableTorchFunctionSubclass``."""
+
+    def __enter__(self):
+        _tls.subclass_disabled += 1
+        return self
+
+    def __exit__(self, *exc):
+        _tls.subclass_disabled -= 1
+        return False
+
+
+class DisableTensorPlayFunction:
+    """``with DisableTensorPlayFunction():`` no handler runs: neither the arguments' nor the
+    function modes'. PyTorch's ``torch._C.DisableTorchFunction``."""
+
+    def __enter__(self):
+        _tls.all_disabled += 1
+        state.block()  # the fast path's mode route is left aside too (see needs_dispatch)
+        return self
+
+    def __exit__(self, *exc):
+        _tls.all_disabled -= 1
+        state.unblock()
+        return False
+
+
+def _as_subclass(t: Tensor, cls) -> Tensor:
+    """``t.as_subclass(cls)``: a ``cls`` instance aliasing ``t``'s memory, attached to the
+    autograd graph through a view of ``t`` (PyTorch's ``AliasBackward0``; here
+    ``ViewBackward0``)."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor)):
+        raise TypeError(f"as_subclass(): cls must be a subclass of tensorplay.Tensor, got {cls!r}")
+    _tls.all_disabled += 1  # a primitive, as in PyTorch: no handler or mode sees the view
+    try:
+        alias = Tensor.view(t, t._shape)  # same shape: a view whatever the strides
+    finally:
+        _tls.all_disabled -= 1
+    try:
+        alias.__class__ = cls
+    except TypeError as e:
+        raise TypeError(
+            f"as_subclass(): cannot make a {cls.__name__} from a Tensor ({e}); a subclass that "
+            "adds __slots__ cannot share Tensor's layout, drop them"
+        ) from None
+    return alias
 
 
 def _overloaded_args(relevant: Iterable) -> list:
@@ -150,6 +252,8 @@ def has_tensorplay_function(relevant_args: Iterable) -> bool:
     """True when a function mode is active or an element of ``relevant_args`` overrides
     ``__tensorplay_function__`` (then ``handle_tensorplay_function`` should take the call).
     """
+    if _tls.all_disabled:
+        return False
     return bool(_tls.modes) or any(_overrides(a) for a in relevant_args)
 
 
@@ -175,7 +279,7 @@ def handle_tensorplay_function(public_api: Callable, relevant_args: Iterable, *a
     """
     overloaded = _overloaded_args(relevant_args)
     types = tuple(type(a) for a in overloaded)
-    if _tls.modes:
+    if _tls.modes and not _tls.all_disabled:
         result = _innermost_mode(public_api, types, args, kwargs)
         if result is not NotImplemented:
             return result
@@ -216,7 +320,7 @@ def mode_call(func, fallback, args: tuple):
     ``_innermost_mode`` and the gate's block()/unblock() are inlined here: this runs once
     per op under a mode, and the calls cost 1.75x -> 2.0x of the fast path (goal <= 2x)."""
     modes = _tls.modes
-    if not modes:
+    if not modes or _tls.all_disabled:
         return fallback(*args)
     mode = modes.pop()
     st = state
@@ -240,6 +344,8 @@ def needs_dispatch(targs: tuple, params: dict, out) -> bool:
     """A mode is active or an argument overrides (``call`` asks only after its cheap
     pre-check ``_dispatch._unusual`` found a non-Tensor, non-number argument or a mode).
     """
+    if _tls.all_disabled:
+        return False
     if _tls.modes or _overrides(out):
         return True
     for v in targs:
@@ -372,6 +478,72 @@ def numel(input: Tensor) -> int:
     return input.numel()
 
 
+_ignored: list = []  # public callables only function modes see (get_ignored_functions)
+
+
+def _through_modes(fn: Callable) -> Callable:
+    """``fn`` (a factory: no tensor argument to carry a handler) seen by function modes,
+    as PyTorch's factories are; outside a mode the call costs one gate check."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not state.plain and _tls.modes and not _tls.all_disabled:
+            return handle_tensorplay_function(wrapper, (), *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    wrapper.__tensorplay_overridable__ = True
+    wrapper.__module__ = "tensorplay"  # handlers and errors name it tensorplay.<name>
+    _ignored.append(wrapper)
+    return wrapper
+
+
+tensor = _through_modes(_factories.tensor)
+as_tensor = _through_modes(_factories.as_tensor)
+from_numpy = _through_modes(_factories.from_numpy)
+empty = _through_modes(_factories.empty)
+zeros = _through_modes(_factories.zeros)
+ones = _through_modes(_factories.ones)
+full = _through_modes(_factories.full)
+arange = _through_modes(_factories.arange)
+linspace = _through_modes(_factories.linspace)
+eye = _through_modes(_factories.eye)
+rand = _through_modes(_factories.rand)
+randn = _through_modes(_factories.randn)
+randint = _through_modes(_factories.randint)
+randperm = _through_modes(_factories.randperm)
+
+
+def _device_hook(cls, args, kwargs):
+    """``tp.device(...)`` under a function mode (``_device.mode_hook``)."""
+    if state.plain or not _tls.modes or _tls.all_disabled:
+        return NotImplemented
+    return handle_tensorplay_function(cls, (), *args, **kwargs)
+
+
+_device.mode_hook = _device_hook
+_ignored.append(_device.device)
+
+
+def _as_subclass_method(self, cls):
+    """``t.as_subclass(cls)``: a ``cls`` instance (a Tensor subclass) sharing ``t``'s
+    memory and attached to its autograd graph (``ViewBackward0``, where PyTorch records
+    ``AliasBackward0``). Not seen by ``__tensorplay_function__``, as in PyTorch."""
+    return _as_subclass(self, cls)
+
+
+_as_subclass_method.__name__ = _as_subclass_method.__qualname__ = "as_subclass"
+_as_subclass_method.__tensorplay_overridable__ = True  # install() leaves it as it is
+Tensor.as_subclass = _as_subclass_method
+_ignored.append(_as_subclass_method)
+
+
+def get_ignored_functions() -> set:
+    """Public callables that cannot be overridden by an argument's handler (no tensor
+    argument, or a protocol primitive such as ``Tensor.as_subclass``); the factories and
+    ``tp.device`` among them are still seen by function modes (as in PyTorch)."""
+    return set(_ignored)
+
+
 def install(package) -> None:
     """Make Tensor's hand-written methods overridable and remember the package.
 
@@ -382,7 +554,8 @@ def install(package) -> None:
     global _package
     for name, value in list(vars(Tensor).items()):
         public = not name.startswith("_") or name in _PUBLIC_DUNDERS
-        if public and inspect.isfunction(value):
+        done = getattr(value, "__tensorplay_overridable__", False)
+        if public and inspect.isfunction(value) and not done:
             wrapped = overridable(value)
             wrapped.__name__, wrapped.__qualname__ = name, f"Tensor.{name}"  # as handlers see it
             setattr(Tensor, name, wrapped)
@@ -404,6 +577,11 @@ class TensorPlayFunctionMode:
         return func(*args, **(kwargs or {}))
 
     def __enter__(self):
+        if isinstance(inspect.getattr_static(type(self), "__tensorplay_function__"), classmethod):
+            raise RuntimeError(
+                f"{type(self).__name__}: a mode's __tensorplay_function__ must be a plain "
+                "method, not a classmethod (the mode object is what the call is handed to)"
+            )
         _tls.modes.append(self)
         state.block()  # the generated functions' fast path would skip the mode
         return self
@@ -420,9 +598,100 @@ class TensorPlayFunctionMode:
         return False
 
 
+class BaseTensorPlayFunctionMode(TensorPlayFunctionMode):
+    """PyTorch's ``BaseTorchFunctionMode``: a mode whose handler runs every call unchanged
+    (override ``__tensorplay_function__`` for the calls you care about and end in
+    ``super().__tensorplay_function__(...)``). ``TensorPlayFunctionMode``'s default does the
+    same here; the name is kept for code ported from PyTorch."""
+
+
 def _active_modes() -> tuple:
     """The active modes of this thread, outermost first (for tests and debugging)."""
     return tuple(_tls.modes)
+
+
+def _get_current_function_mode():
+    """The innermost active function mode of this thread, or None."""
+    return _tls.modes[-1] if _tls.modes else None
+
+
+def _get_current_function_mode_stack() -> list:
+    """The active function modes of this thread, outermost first (a copy)."""
+    return list(_tls.modes)
+
+
+def wrap_tensorplay_function(dispatcher: Callable) -> Callable:
+    """Decorator: make a function of your own honour the protocol, as PyTorch's
+    ``wrap_torch_function``. ``dispatcher(*args, **kwargs)`` returns the arguments to look
+    for handlers on; the decorated function is what handlers receive as ``func``::
+
+        @wrap_tensorplay_function(lambda x, scale=1.0: (x,))
+        def scaled(x, scale=1.0):
+            return x * scale
+    """
+    if not callable(dispatcher):
+        raise TypeError(
+            f"wrap_tensorplay_function(dispatcher): dispatcher must be callable (returning "
+            f"the relevant arguments), got {type(dispatcher).__name__}"
+        )
+
+    def decorate(func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapped(*args, **kwargs):
+            relevant = _flatten(dispatcher(*args, **kwargs))
+            if has_tensorplay_function(relevant):
+                return handle_tensorplay_function(wrapped, relevant, *args, **kwargs)
+            return func(*args, **kwargs)
+
+        return wrapped
+
+    return decorate
+
+
+def resolve_name(func) -> str | None:
+    """A readable name of a function handlers receive (``"tensorplay.add"``,
+    ``"tensorplay.Tensor.to"``), or None for one that is not TensorPlay's."""
+    tp = _package
+    name = getattr(func, "__name__", None)
+    if name is None:
+        return None
+    if tp is not None and getattr(tp, name, None) is func:
+        return f"tensorplay.{name}"
+    if getattr(Tensor, name, None) is func or is_tensor_method_or_property(func):
+        return f"tensorplay.Tensor.{name.removesuffix('.__get__')}"
+    return None
+
+
+def is_tensor_method_or_property(func) -> bool:
+    """``func`` is a ``Tensor`` method or property getter that handlers may receive
+    (PyTorch's helper of the same name)."""
+    if func in get_overridable_functions()[Tensor]:
+        return True
+    owner = getattr(func, "__self__", None)
+    return isinstance(owner, property) and any(v is owner for v in vars(Tensor).values())
+
+
+def get_testing_overrides() -> dict:
+    """``{function: dummy}`` for every overridable function: each dummy has the function's
+    signature and returns -1 (PyTorch's ``get_testing_overrides``, for testing a handler
+    against the whole API)."""
+    out = {}
+    for funcs in get_overridable_functions().values():
+        for f in funcs:
+            out[f] = _dummy(f)
+    return out
+
+
+def _dummy(f: Callable) -> Callable:
+    def dummy(*args, **kwargs):
+        return -1
+
+    try:
+        dummy.__signature__ = inspect.signature(f)
+    except (TypeError, ValueError):  # a builtin without a signature: (*args, **kwargs)
+        pass
+    dummy.__name__ = getattr(f, "__name__", "dummy")
+    return dummy
 
 
 def get_overridable_functions() -> dict:
