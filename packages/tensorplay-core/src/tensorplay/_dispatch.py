@@ -126,6 +126,10 @@ class _NoDispatchModes:
     def active() -> bool:
         return False
 
+    @staticmethod
+    def wanted(values) -> bool:
+        return False
+
 
 dispatch_modes = _NoDispatchModes  # tensorplay.utils._python_dispatch, via register_dispatch_modes
 
@@ -148,7 +152,8 @@ def register_overrides(handler) -> None:
 
 
 def register_dispatch_modes(modes) -> None:
-    """The dispatch-mode layer (below autograd): ``modes.active()`` and ``modes.run(...)``.
+    """The dispatch-mode layer (below autograd): ``modes.active()``, ``modes.wanted(values)``
+    (a mode, or a ``__tensorplay_dispatch__`` subclass among the values) and ``modes.run(...)``.
     Called once, by ``tensorplay.utils._python_dispatch`` at import."""
     global dispatch_modes
     dispatch_modes = modes
@@ -457,7 +462,7 @@ def execute(
     """The op itself: checks, dtype, shape, kernel, autograd recording, out=/in-place."""
     if row.kind == "tensor_op":
         return row.execute(targs, params)
-    if dispatch_modes.active():
+    if dispatch_modes.wanted(targs):
         return _below_autograd_mode(row, targs, params, out, inplace)
     items = _inputs(row, targs)
     for i, x in enumerate(items):

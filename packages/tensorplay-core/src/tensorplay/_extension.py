@@ -22,6 +22,7 @@ from tensorplay._dispatch import OPS, OpDef, get_device_kernel, set_device_kerne
 from tensorplay._dlpack import _FROM_DL as DLPACK_DTYPES, DLTensor
 from tensorplay._tensor import alias_of, data_ptr_of
 from tensorplay._tensor_op import NO_TENSOR, TensorOp
+from tensorplay.utils._python_dispatch import register_dispatch_rule
 
 __all__ = [
     "OPS",
@@ -31,7 +32,9 @@ __all__ = [
     "get_device_kernel",
     "set_device_kernel",
     "dispatch_state",
+    "register_dispatch_rule",
     "register_op_name",
+    "unregister_op_name",
     "DLPACK_DTYPES",
     "DLTensor",
     "data_ptr_of",
@@ -53,6 +56,8 @@ dispatch_state = state
 
 #: ``register_op_name(namespace, name, op)`` publishes ``op`` as ``tp.ops.<namespace>.<name>``.
 register_op_name = _ops.add
+#: ``unregister_op_name(namespace, name)`` withdraws it (and an emptied namespace).
+unregister_op_name = _ops.remove
 
 # ---- DLPack ---------------------------------------------------------------------------------
 # DLTensor: the ctypes layout of DLPack's DLTensor. DLPACK_DTYPES: (code, bits) -> dtype.

@@ -1,7 +1,7 @@
 """``tp.ops``: operators registered by ``tensorplay.library``, as ``tp.ops.<namespace>.<op>``.
 
 Core owns the name table so that ``tp.ops`` works without importing the library
-distribution; ``tensorplay.library`` is the only writer (``add``). Lookups are plain
+distribution; ``tensorplay.library`` is the only writer (``add``, ``remove``). Lookups are plain
 dict reads: ``tp.ops.mylib.op`` is the very ``CustomOpDef`` that ``custom_op`` returned.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["ops", "add", "lookup"]
+__all__ = ["ops", "add", "remove", "lookup"]
 
 # namespace -> {op name -> operator}; replaced copy-on-write under the lock, so a reader
 # never sees a dict that another thread is resizing.
@@ -26,6 +26,22 @@ def add(namespace: str, name: str, op: Any) -> None:
         ops_of_ns = dict(table.get(namespace, {}))
         ops_of_ns[name] = op
         table[namespace] = ops_of_ns
+        _table = table
+
+
+def remove(namespace: str, name: str) -> None:
+    """Withdraw ``tp.ops.<namespace>.<name>`` (and the namespace once it is empty); called by
+    ``tensorplay.library`` when a library is destroyed. A missing name changes nothing."""
+    global _table
+    with _lock:
+        if name not in _table.get(namespace, {}):
+            return
+        table = dict(_table)
+        ops_of_ns = {k: v for k, v in table[namespace].items() if k != name}
+        if ops_of_ns:
+            table[namespace] = ops_of_ns
+        else:
+            del table[namespace]
         _table = table
 
 

@@ -371,11 +371,35 @@ _object_new = object.__new__
 data_ptr_of = Tensor.data_ptr
 
 
+# What a tensor's instance dict may hold about its place in autograd (alias_of drops it)
+_AUTOGRAD_STATE = frozenset(
+    {
+        "grad_fn",
+        "_output_nr",
+        "grad",
+        "_base",
+        "requires_grad",
+        "_accumulator",
+        "_fw_tangent",
+        "_hooks",
+        "_saves_out",
+    }
+)
+
+
 def alias_of(t: Tensor) -> Tensor:
     """A new tensor object over ``t``'s memory and geometry (same storage, so the same
     version counter), with no autograd history and no ``_base``: ``detach()`` is this plus
-    the ``_base`` that makes it a view of ``t`` (tensorplay-nn's Parameter is not one)."""
-    return _new(Tensor, t._data, t._storage, t._offset, t._shape, t._stride, t.dtype, t.device)
+    the ``_base`` that makes it a view of ``t`` (tensorplay-nn's Parameter is not one).
+    A subclass instance stays one, with its own attributes (a wrapper subclass's wrapped
+    tensor) carried over."""
+    cls = type(t)
+    a = _new(cls, t._data, t._storage, t._offset, t._shape, t._stride, t.dtype, t.device)
+    if cls is not Tensor:
+        for k, v in t.__dict__.items():
+            if k not in _AUTOGRAD_STATE and k not in a.__dict__:
+                a.__dict__[k] = v
+    return a
 
 
 def empty_tensor(shape: tuple, dt, dev) -> Tensor:

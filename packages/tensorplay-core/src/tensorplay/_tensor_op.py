@@ -84,7 +84,7 @@ class TensorOp:
 
     def below_autograd(self, args: tuple, kwargs: dict):
         """Dispatch modes, then the kernel (autograd, if any, records around this)."""
-        if _dispatch.dispatch_modes.active():
+        if _dispatch.dispatch_modes.wanted((*args, *kwargs.values())):
             return _dispatch.dispatch_modes.run(self, args, kwargs, None, None)
         return self.finish(args, kwargs, self.pick_kernel(args, kwargs)(*args, **kwargs))
 

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable
 
-from tensorplay import _dispatch
-from tensorplay._tensor import Tensor
+from tensorplay import _device, _dispatch
+from tensorplay._device import META
+from tensorplay._dtype import get_default_dtype
+from tensorplay._tensor import Tensor, empty_tensor
 from tensorplay.autograd import grad_mode
-from tensorplay.overrides import user_call
+from tensorplay.overrides import disabled_tensorplay_function_impl, user_call
 
 __all__ = [
     "TensorPlayDispatchMode",
@@ -31,6 +34,7 @@ __all__ = [
     "_pop_mode",
     "_len_dispatch_stack",
     "_get_current_dispatch_mode",
+    "register_dispatch_rule",
 ]
 
 
@@ -120,17 +124,150 @@ def active() -> bool:
     return bool(_stack.modes)
 
 
+# Set once a Tensor subclass defines __tensorplay_dispatch__: until then ``wanted`` costs
+# one attribute read more than ``active``.
+_subclasses = False
+
+
+def wanted(values) -> bool:
+    """A dispatch mode is active, or one of ``values`` (one level into lists and tuples) is
+    an instance of a Tensor subclass that defines ``__tensorplay_dispatch__``."""
+    if _stack.modes:
+        return True
+    return _subclasses and bool(_dispatch_types(values))
+
+
+def _dispatch_types(values) -> list:
+    """The dispatch subclasses among ``values``' types: one each, subclasses before bases."""
+    found: list = []
+    for x in _flat(values):
+        t = type(x)
+        if t is Tensor or t in found or not isinstance(x, Tensor):
+            continue
+        if getattr(t, "__tensorplay_dispatch__", None) is None:
+            continue
+        index = next((i for i, f in enumerate(found) if issubclass(t, f)), len(found))
+        found.insert(index, t)
+    return found
+
+
 def run(row, targs: tuple, params: dict, out, inplace):
-    """Give the op to the innermost mode, which runs with itself switched off."""
+    """The op below autograd: the innermost mode first (with itself switched off), then
+    the dispatch subclasses among the arguments; ``NotImplemented`` passes to the next."""
     _, args, kwargs = user_call(row, targs, params, out, inplace)
-    mode = _stack.modes[-1]
-    types = tuple({type(x) for x in _flat((*targs, *params.values())) if isinstance(x, Tensor)})
-    saved = _stack.modes
-    _stack.modes = saved[:-1]
-    try:
-        return mode.__tensorplay_dispatch__(OpHandle(row, inplace is not None), types, args, kwargs)
-    finally:
-        _stack.modes = saved
+    values = (*targs, *params.values())
+    types = tuple(dict.fromkeys(type(x) for x in _flat(values) if isinstance(x, Tensor)))
+    func = OpHandle(row, inplace is not None)
+    if _stack.modes:
+        mode = _stack.modes[-1]
+        saved = _stack.modes
+        _stack.modes = saved[:-1]
+        try:
+            rule = _rules.get((func.name, type(mode))) if _rules else None
+            if rule is not None:
+                result = rule(mode, func, types, args, kwargs)
+            else:
+                result = mode.__tensorplay_dispatch__(func, types, args, kwargs)
+        finally:
+            _stack.modes = saved
+        if result is not NotImplemented:
+            return result
+    subclasses = _dispatch_types(values)
+    for cls in subclasses:
+        rule = _rules.get((func.name, cls)) if _rules else None
+        if rule is not None:
+            result = rule(cls, func, types, args, kwargs)
+        else:
+            result = cls.__tensorplay_dispatch__(func, types, args, kwargs)
+        if result is not NotImplemented:
+            return result
+    raise TypeError(
+        f"no implementation found for {func!r} on types that implement "
+        f"__tensorplay_dispatch__: {[c.__name__ for c in subclasses]} (every handler, and "
+        "the active dispatch mode if any, returned NotImplemented)"
+    )
+
+
+# (op name, mode class or subclass) -> rule(mode_or_class, func, types, args, kwargs): what
+# that class does for that op instead of its __tensorplay_dispatch__ (register_dispatch_rule)
+_rules: dict = {}
+
+
+def register_dispatch_rule(op_name: str, owner: type, rule) -> Callable[[], None]:
+    """Make ``owner`` (a dispatch mode class or a ``__tensorplay_dispatch__`` subclass)
+    handle op ``op_name`` (``"mul"``, ``"mylib::scale"``) with ``rule(mode_or_class, func,
+    types, args, kwargs)`` instead of its ``__tensorplay_dispatch__``: how a library teaches
+    a class it does not own about its op (PyTorch's ``register_torch_dispatch``). Returns a
+    function that removes the rule."""
+    if not isinstance(op_name, str) or not op_name:
+        raise TypeError(f"register_dispatch_rule(op_name): a non-empty str, got {op_name!r}")
+    if not isinstance(owner, type) or getattr(owner, "__tensorplay_dispatch__", None) is None:
+        raise TypeError(
+            f"register_dispatch_rule(owner): a class defining __tensorplay_dispatch__ (a "
+            f"TensorPlayDispatchMode or a Tensor subclass), got {owner!r}"
+        )
+    if not callable(rule):
+        raise TypeError(f"register_dispatch_rule(rule): must be callable, got {rule!r}")
+    key = (op_name, owner)
+    _rules[key] = rule
+
+    def remove() -> None:
+        if _rules.get(key) is rule:
+            del _rules[key]
+
+    return remove
+
+
+def _init_subclass(cls, **kwargs):
+    """``Tensor.__init_subclass__``: a subclass defining ``__tensorplay_dispatch__`` (a
+    classmethod, as in PyTorch) switches the subclass check on; unless it defines its own
+    ``__tensorplay_function__`` it opts out of the function-level conversion, which would
+    turn plain results into wrappers with nothing inside (PyTorch's docs ask wrapper
+    subclasses for the same ``_disabled_torch_function_impl``)."""
+    global _subclasses
+    super(Tensor, cls).__init_subclass__(**kwargs)
+    handler = cls.__dict__.get("__tensorplay_dispatch__")
+    if handler is None:
+        return
+    if not isinstance(handler, classmethod):
+        raise TypeError(
+            f"{cls.__name__}.__tensorplay_dispatch__ must be a classmethod "
+            "(@classmethod def __tensorplay_dispatch__(cls, func, types, args=(), kwargs=None))"
+        )
+    if "__tensorplay_function__" not in cls.__dict__:
+        cls.__tensorplay_function__ = classmethod(disabled_tensorplay_function_impl)
+    _subclasses = True
+
+
+def _make_wrapper_subclass(
+    cls, size, strides=None, storage_offset=0, dtype=None, device=None, requires_grad=False
+):
+    """A ``cls`` instance with the given metadata and no memory of its own, for a wrapper
+    subclass whose ``__tensorplay_dispatch__`` computes on the tensors it wraps (PyTorch's
+    ``Tensor._make_wrapper_subclass``). Reading its data (``numpy()``, printing values)
+    raises; ops reach the handler."""
+    if not (isinstance(cls, type) and issubclass(cls, Tensor) and cls is not Tensor):
+        raise TypeError(f"_make_wrapper_subclass(cls): cls must subclass Tensor, got {cls!r}")
+    shape = tuple(int(n) for n in size)
+    dt = dtype if dtype is not None else get_default_dtype()
+    t = empty_tensor(shape, dt, META)  # metadata only: nothing is allocated
+    t.__class__ = cls
+    t.device = _device.canonical(device) if device is not None else _device.CPU
+    if strides is not None:
+        if len(strides) != len(shape):
+            raise ValueError(
+                f"_make_wrapper_subclass(): strides {tuple(strides)} do not match size {shape}"
+            )
+        t._stride = tuple(int(s) for s in strides)
+    if storage_offset:
+        t._offset = int(storage_offset)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+Tensor.__init_subclass__ = classmethod(_init_subclass)
+Tensor._make_wrapper_subclass = staticmethod(_make_wrapper_subclass)
 
 
 def _flat(values):

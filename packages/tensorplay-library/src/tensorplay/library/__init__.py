@@ -31,6 +31,7 @@ from tensorplay.library._api import (
     register_autograd,
     register_fake,
     register_kernel,
+    register_tensorplay_dispatch,  # not in __all__: the spec's list (as _scoped_library)
     register_vmap,
     tile_lang_op,
     triton_op,
@@ -41,7 +42,10 @@ from tensorplay.library._kernel_wrappers import (
     wrap_tilelang,
     wrap_triton,
 )
-from tensorplay.library._library import Library
+from tensorplay.library._library import (  # _scoped_library: private, as in PyTorch
+    Library,
+    _scoped_library as _scoped_library,
+)
 from tensorplay.library._op import CustomOpDef
 from tensorplay.library._opcheck import opcheck
 from tensorplay.library._registry import get_op, has_op

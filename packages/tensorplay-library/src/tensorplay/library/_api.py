@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tensorplay._extension import OPS, register_dispatch_rule
 from tensorplay.library import _registry
+from tensorplay.library._library import Library
 from tensorplay.library._names import (
     AGNOSTIC,
     check_mutates_args,
@@ -16,7 +18,7 @@ from tensorplay.library._names import (
     schema_qualname,
 )
 from tensorplay.library._op import CustomOpDef
-from tensorplay.library._schema import check_schema, mutated_names, parse_schema
+from tensorplay.library._schema import check_schema, parse_schema
 
 __all__ = [
     "TritonOpDef",
@@ -130,14 +132,18 @@ def tile_lang_op(
 def define(qualname: str, schema: str | None = None, *, lib: Any = None, tags: Any = ()) -> None:
     """Create the operator ``qualname`` without a kernel, if it does not exist yet.
 
-    ``qualname`` may be a full ``"ns::op(Tensor x) -> Tensor"`` string. Kernels are
-    attached afterwards with ``impl`` / ``register_kernel``; arguments marked
-    ``Tensor(a!)`` become the op's ``mutates_args``. Defining an existing operator again
-    with the same schema (or none) changes nothing; with another schema it is a
-    ``RuntimeError``. A malformed schema is a ``ValueError`` naming the position.
+    ``qualname`` may be a full ``"ns::op(Tensor x) -> Tensor"`` string, and may name an
+    overload (``"ns::op.Tensor"``). Kernels are attached afterwards with ``impl`` /
+    ``register_kernel``; arguments marked ``Tensor(a!)`` become the op's
+    ``mutates_args``. Defining an existing operator again with the same schema (or none)
+    changes nothing; with another schema it is a ``RuntimeError``. A malformed schema is
+    a ``ValueError`` naming the position. With ``lib`` (a ``Library`` of the op's
+    namespace) the definition follows that library's rules and ``lib._destroy()``
+    withdraws it.
     """
     if not isinstance(qualname, str):
         raise TypeError(f"define: qualname must be a str, got {type(qualname).__name__}")
+    _check_lib(lib, "define")
     if "(" in qualname:
         if schema is not None:
             raise ValueError(
@@ -146,47 +152,28 @@ def define(qualname: str, schema: str | None = None, *, lib: Any = None, tags: A
             )
         parse_schema(qualname, where="define")  # errors point into the text as given
         qualname, schema = schema_qualname(qualname)
-    define_op(qualname, schema, exist_ok=True)
-
-
-def define_op(qualname: str, schema: str | None, *, exist_ok: bool) -> CustomOpDef:
-    """Create a kernel-less op (shared by ``define`` and ``Library.define``); with
-    ``exist_ok`` an existing op is returned unless ``schema`` would change it."""
-    namespace, opname = parse_qualname(qualname)
-    parsed = check_schema(qualname, schema)
-    mutates = () if parsed is None else mutated_names(qualname, parsed)
-    with _registry.lock:
-        if exist_ok and _registry.has_op(qualname):
-            op = _registry.get_op(qualname)
-            if parsed is None or (
-                op._parsed is not None and op._parsed.signature() == parsed.signature()
-            ):
-                return op
-            raise RuntimeError(
-                f"define: operator {qualname} is already defined with schema {op.schema!r}; "
-                f"defining it again with {schema!r} would change its signature. An operator is "
-                f"defined once: keep the first schema or pick another name (e.g. "
-                f"'{namespace}::{opname}_v2')"
-            )
-        return _registry.add(CustomOpDef(namespace, opname, None, mutates, None, schema))
+    if lib is not None:
+        lib._define(lib._qualify(qualname), schema)
+    else:
+        _registry.define_op(qualname, schema, exist_ok=True)
 
 
 def impl(
     qualname: Any, types: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None
 ) -> Any:
     """Register ``func`` for ``types`` (``"CPU"``/``"CUDA"``, a composite spelling for the
-    device-agnostic slot, or ``"Meta"`` for the fake kernel); decorator or direct."""
-    op = _registry.resolve(qualname)
+    device-agnostic slot, or ``"Meta"`` for the fake kernel); decorator or direct. With
+    ``lib``, ``lib._destroy()`` withdraws the registration."""
     if isinstance(types, str) and types.lower() == "meta":
-        return op.register_fake(func) if func is not None else op.register_fake()
-    return op.register_kernel(types, func)
+        return register_fake(qualname, func, lib=lib)
+    return register_kernel(qualname, types, func, lib=lib)
 
 
 def impl_abstract(
     qualname: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None
 ) -> Any:
     """The older name of ``register_fake``."""
-    return register_fake(qualname, func)
+    return register_fake(qualname, func, lib=lib)
 
 
 def get_kernel(op: Any, dispatch_key: str) -> Callable[..., Any]:
@@ -207,11 +194,25 @@ def get_kernel(op: Any, dispatch_key: str) -> Callable[..., Any]:
     return kernel
 
 
+# The top-level register_* take the op (a CustomOpDef, an OpOverload or a qualified name)
+# first; with lib=, the registration is tied to that Library: its _destroy() withdraws it.
+
+
 def register_kernel(
     op: Any, device_types: Any = None, func: Callable[..., Any] | None = None, /, *, lib: Any = None
 ) -> Any:
     """``op.register_kernel(device_types, func)`` for an op or its qualified name."""
-    return _registry.resolve(op).register_kernel(device_types, func)
+    target = _registry.resolve(op)
+    keys = device_keys(target.name, device_types)
+    return _tied(
+        lib,
+        "register_kernel",
+        target,
+        "kernel",
+        keys,
+        func,
+        lambda f: target.register_kernel(device_types, f),
+    )
 
 
 def register_fake(
@@ -224,9 +225,15 @@ def register_fake(
 ) -> Any:
     """``op.register_fake(func)`` for an op or its qualified name."""
     target = _registry.resolve(op)
-    if func is None:
-        return target.register_fake(allow_override=allow_override)
-    return target.register_fake(func, allow_override=allow_override)
+    return _tied(
+        lib,
+        "register_fake",
+        target,
+        "fake",
+        (None,),
+        func,
+        lambda f: target.register_fake(f, allow_override=allow_override),
+    )
 
 
 def register_autograd(
@@ -238,15 +245,98 @@ def register_autograd(
     lib: Any = None,
 ) -> None:
     """``op.register_autograd(backward, setup_context=...)`` for an op or its name."""
-    _registry.resolve(op).register_autograd(backward, setup_context=setup_context)
+    target = _registry.resolve(op)
+    _tied(
+        lib,
+        "register_autograd",
+        target,
+        "autograd",
+        (None,),
+        backward,
+        lambda f: target.register_autograd(f, setup_context=setup_context),
+        decorator=False,
+    )
 
 
 def register_vmap(op: Any, func: Callable[..., Any] | None = None, /, *, lib: Any = None) -> Any:
     """``op.register_vmap(func)`` for an op or its qualified name."""
     target = _registry.resolve(op)
-    return target.register_vmap() if func is None else target.register_vmap(func)
+    return _tied(lib, "register_vmap", target, "vmap", (None,), func, target.register_vmap)
 
 
 def register_autocast(op: Any, device_type: str, cast_inputs: Any, /, *, lib: Any = None) -> None:
     """``op.register_autocast(device_type, cast_inputs)`` for an op or its name."""
-    _registry.resolve(op).register_autocast(device_type, cast_inputs)
+    target = _registry.resolve(op)
+    keys = device_keys(target.name, device_type)
+    _tied(
+        lib,
+        "register_autocast",
+        target,
+        "autocast",
+        keys,
+        cast_inputs,
+        lambda dtype: target.register_autocast(device_type, dtype),
+        decorator=False,
+    )
+
+
+def register_tensorplay_dispatch(
+    op: Any, dispatch_class: type, func: Callable[..., Any] | None = None, /, *, lib: Any = None
+) -> Any:
+    """Teach ``dispatch_class`` (a dispatch mode class, or a Tensor subclass defining
+    ``__tensorplay_dispatch__``) what to do with ``op``: ``func(mode_or_class, op_handle,
+    types, args, kwargs)`` runs where its ``__tensorplay_dispatch__`` would have (PyTorch's
+    ``torch.library.register_torch_dispatch``). ``op`` is a custom op, its name, or the name
+    of a built-in op (``"mul"``). Used as a decorator when ``func`` is omitted; with ``lib``
+    the rule is withdrawn when the library is destroyed."""
+    _check_lib(lib, "register_tensorplay_dispatch")
+    if isinstance(op, str) and "::" not in op:
+        if op not in OPS:
+            raise ValueError(
+                f"register_tensorplay_dispatch(op): {op!r} is neither a built-in op nor "
+                "'namespace::name' of a custom op"
+            )
+        name = op
+    else:
+        name = _registry.resolve(op).name
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        remove = register_dispatch_rule(name, dispatch_class, fn)
+        if lib is not None:
+            lib._check_alive("register_tensorplay_dispatch")
+            lib._removers.append(remove)
+        return fn
+
+    return register if func is None else register(func)
+
+
+def _tied(
+    lib: Any,
+    what: str,
+    op: CustomOpDef,
+    slot: str,
+    keys: tuple,
+    value: Any,
+    register: Callable[[Any], Any],
+    *,
+    decorator: bool = True,
+) -> Any:
+    """``register(value)`` now, or (with ``decorator``) a decorator doing it when
+    ``value`` is None; through ``lib`` (whose ``_destroy()`` then withdraws it) when one
+    is given."""
+    _check_lib(lib, what)
+
+    def run(v: Any) -> Any:
+        if lib is None:
+            return register(v)
+        return lib._register(op, slot, keys, lambda: register(v))
+
+    return run if decorator and value is None else run(value)
+
+
+def _check_lib(lib: Any, what: str) -> None:
+    if lib is not None and not isinstance(lib, Library):
+        raise TypeError(
+            f"{what}: lib must be None or a tensorplay.library.Library (e.g. the one "
+            f"_scoped_library yields), got {type(lib).__name__}"
+        )

@@ -15,6 +15,7 @@ __all__ = [
     "AGNOSTIC",
     "DEVICE_TYPES",
     "parse_qualname",
+    "parse_opname",
     "check_mutates_args",
     "schema_qualname",
     "device_keys",
@@ -47,6 +48,38 @@ def parse_qualname(name: Any, what: str = "operator name") -> tuple[str, str]:
             "Python identifiers, e.g. 'mylib::my_op'"
         )
     return parts[0], parts[1]
+
+
+def parse_opname(name: Any, *, defining: bool = False) -> tuple[str, str, str]:
+    """``"ns::op"`` -> ``("ns", "op", "")``; ``"ns::op.overload"`` -> ``("ns", "op",
+    "overload")``. Looking an op up, ``"ns::op.default"`` names the default overload
+    (``"ns::op"``); defining one, ``default`` is reserved (as in PyTorch)."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"operator name must be a str like 'mylib::my_op', got {type(name).__name__}"
+        )
+    namespace, sep, rest = name.partition("::")
+    opname, dot, overload = rest.partition(".")
+    if not (sep and namespace.isidentifier() and opname.isidentifier()) or "::" in rest:
+        raise ValueError(
+            f"operator name {name!r} must be 'namespace::name' or 'namespace::name.overload' "
+            "with exactly one '::' and Python identifiers, e.g. 'mylib::my_op' or "
+            "'mylib::my_op.Tensor'"
+        )
+    if dot and not overload.isidentifier():
+        raise ValueError(
+            f"operator name {name!r}: the overload name after '.' must be a Python identifier, "
+            f"e.g. '{namespace}::{opname}.Tensor'"
+        )
+    if overload == "default":
+        if defining:
+            raise ValueError(
+                f"operator name {name!r}: 'default' is reserved for the overload without a "
+                f"name; define it as '{namespace}::{opname}' (then reachable as "
+                f"tp.ops.{namespace}.{opname}.default)"
+            )
+        overload = ""
+    return namespace, opname, overload
 
 
 def check_mutates_args(name: str, mutates_args: Any) -> tuple[str, ...]:

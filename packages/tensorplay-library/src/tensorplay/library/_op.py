@@ -5,7 +5,8 @@ A ``CustomOpDef`` is an entry of core's dispatcher (a ``TensorOp``, from
 and graph capture, profiler, autocast, autograd, dispatch modes, version counters), and
 the same fast path when none is active. This module adds what a user registers: kernels
 per device type, the fake kernel (the ``meta`` slot), the autograd formula (the entry's
-vjp), an autocast policy, and per-thread ``set_kernel_enabled`` blocks.
+vjp), an autocast policy, and per-thread ``set_kernel_enabled`` blocks. An overload
+(``"ns::foo.Tensor"``) is an op of its own; ``_overloads`` names and selects them.
 
 Registration never locks the call path: every change builds a new ``_table`` under the
 op's lock and publishes it with one attribute store. While a ``set_kernel_enabled`` block
@@ -15,6 +16,7 @@ which resolves the kernel for the calling thread.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import threading
 import warnings
@@ -25,7 +27,8 @@ from typing import Any
 from tensorplay import dtype as _DType
 from tensorplay._extension import TensorOp
 from tensorplay.library._names import AGNOSTIC, DEVICE_TYPES, device_keys
-from tensorplay.library._schema import check_schema, check_signature
+from tensorplay.library._overloads import OpOverload
+from tensorplay.library._schema import Schema, check_schema, check_signature, signature_schema
 
 __all__ = ["CustomOpDef"]
 
@@ -33,6 +36,15 @@ _NOTHING: frozenset[str] = frozenset()
 # Published while a set_kernel_enabled block is live in some thread: every lookup misses,
 # so every call reaches kernel_missing, which honours the calling thread's blocks.
 _PER_THREAD: dict[str, Callable[..., Any]] = {}
+# What each registration slot is stored in (a destroyed Library puts back what it replaced);
+# "kernel" and "autocast" are dicts keyed by device slot.
+_SLOT_ATTRS = {
+    "kernel": "_kernels",
+    "autocast": "_autocast",
+    "fake": "_fake",
+    "autograd": "_vjp",
+    "vmap": "_vmap",
+}
 
 
 class CustomOpDef(TensorOp):
@@ -54,9 +66,11 @@ class CustomOpDef(TensorOp):
         mutates_args: tuple[str, ...],
         device_types: Any,
         schema: str | None,
+        *,
+        overload: str = "",
     ):
-        super().__init__(f"{namespace}::{opname}")
-        self._namespace, self._opname = namespace, opname
+        super().__init__(f"{namespace}::{opname}" + (f".{overload}" if overload else ""))
+        self._namespace, self._opname, self._overload = namespace, opname, overload
         self.__name__ = self.__qualname__ = self._name
         self._mutates = mutates_args
         self._schema = schema
@@ -68,6 +82,9 @@ class CustomOpDef(TensorOp):
         self._full: dict[str, Callable[..., Any]] = {}  # the table outside any block
         self._fake: Callable[..., Any] | None = None
         self._vmap: Callable[..., Any] | None = None
+        self._signature_fn: Callable[..., Any] | None = None  # the kernel params came from
+        self._retired = False  # withdrawn by a destroyed Library
+        self._opoverload = OpOverload(self)
         if fn is not None:
             self._set_signature(fn)
             self.__doc__ = fn.__doc__
@@ -93,6 +110,50 @@ class CustomOpDef(TensorOp):
     def schema(self) -> str | None:
         return self._schema
 
+    @property
+    def overload_name(self) -> str:
+        """``"Tensor"`` for ``"ns::foo.Tensor"``; ``""`` for the default overload."""
+        return self._overload
+
+    @property
+    def _qualified_op_name(self) -> str:
+        """``"ns::foo"``: the name of the packet (without the overload), as in PyTorch."""
+        return f"{self._namespace}::{self._opname}"
+
+    @property
+    def default(self) -> OpOverload:
+        """``tp.ops.ns.op.default``: the op as an ``OpOverload`` (with ``_schema``)."""
+        if self._overload:
+            raise AttributeError(
+                f"{self._name} is the overload {self._overload!r} of "
+                f"tp.ops.{self._namespace}.{self._opname}; it has no 'default' overload of "
+                f"its own (use tp.ops.{self._namespace}.{self._opname}.default)"
+            )
+        return self._opoverload
+
+    def overloads(self) -> list[str]:
+        """The overload names this object answers to: ``["default"]`` (an op with named
+        overloads is reached through its ``OpOverloadPacket``)."""
+        return [self._overload or "default"]
+
+    def _function_schema(self) -> Schema:
+        """The parsed schema with the qualified name: the one given at definition, else
+        the one inferred from the body's signature. ``RuntimeError`` if neither exists;
+        ``ValueError`` if the signature has no schema spelling."""
+        parsed = self._parsed
+        if parsed is None:
+            fn = self._signature_fn
+            if fn is None:
+                raise RuntimeError(
+                    f"{self._name} was defined without a schema and has no kernel yet, so "
+                    f"its signature is unknown; define it with one, e.g. "
+                    f"define('{self._name}(Tensor x) -> Tensor')"
+                )
+            parsed = signature_schema(fn, self._mutates, self._name)
+        return dataclasses.replace(
+            parsed, name=self._qualified_op_name, overload_name=self._overload
+        )
+
     def __repr__(self) -> str:
         return f"<{self._kind} {self._name}>"
 
@@ -111,6 +172,7 @@ class CustomOpDef(TensorOp):
                 )
         if self._parsed is not None:
             check_signature(self._name, self._schema, self._parsed, fn, params, self._mutates)
+        self._signature_fn = fn
         self.bind_signature(params)
 
     # ---- registration -------------------------------------------------------------------
@@ -269,11 +331,51 @@ class CustomOpDef(TensorOp):
             return None
         return self._kernels.get(key)
 
+    # ---- withdrawing registrations (Library._destroy) -------------------------------------
+    def _registration(self, slot: str, key: str | None = None) -> Any:
+        """What a registration slot holds: ``"kernel"`` / ``"autocast"`` (for device slot
+        ``key``), ``"fake"``, ``"autograd"`` or ``"vmap"``."""
+        value = getattr(self, _SLOT_ATTRS[slot])
+        return value.get(key) if isinstance(value, dict) else value
+
+    def _restore(self, slot: str, key: str | None, expected: Any, previous: Any) -> None:
+        """Put ``previous`` back in a slot that still holds ``expected`` (a registration
+        made since is kept: it is not the withdrawn one)."""
+        with self._lock:
+            if self._registration(slot, key) is not expected:
+                return
+            attr = _SLOT_ATTRS[slot]
+            value = getattr(self, attr)
+            if isinstance(value, dict):  # replaced whole, as register_autocast does
+                value = {k: v for k, v in value.items() if k != key}
+                if previous is not None:
+                    value[key] = previous
+            else:
+                value = previous
+            setattr(self, attr, value)
+            self._rebuild()
+
+    def _retire(self) -> None:
+        """Withdraw the op (the Library that defined it was destroyed): kernels and
+        formulas are dropped and every later call says so."""
+        with self._lock:
+            self._retired = True
+            self._kernels = {}
+            self._fake = self._vjp = self._vmap = None
+            self._autocast = {}
+            self._rebuild()
+
     # ---- the dispatcher's slow lookup ----------------------------------------------------
     def kernel_missing(self, key: str) -> Callable[..., Any]:
         """The kernel for ``key`` (a device type, ``meta`` or ``AGNOSTIC`` for a call without
         tensors) when the published table has none: this thread's view of the kernels, or
         the error naming the registration that is missing."""
+        if self._retired:
+            raise RuntimeError(
+                f"{self._name} was deregistered: the Library that defined it was destroyed "
+                f"(its _scoped_library block ended). Define it again to call it; "
+                f"tp.ops.{self._namespace}.{self._opname} then finds the new definition"
+            )
         disabled = self._disabled_here()
         kernel = (self._build_table(disabled) if disabled else self._full).get(key)
         if kernel is not None:

@@ -3,7 +3,9 @@
 ``def f(x: Tensor, n: int, out: Tensor) -> Tensor`` with ``mutates_args=("out",)``
 gives ``"f(Tensor, SymInt, Tensor(a!)) -> Tensor"``. A schema given by the user is
 parsed (PyTorch's grammar, the subset custom operators use) and checked against the
-function and ``mutates_args``; the text is kept verbatim for introspection.
+function and ``mutates_args``; the text is kept verbatim for introspection, and the
+parsed ``Schema`` is what ``tp.ops.ns.op.default._schema`` returns (``str()`` writes it
+back in PyTorch's spelling).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import inspect
+import json
 import re
 import typing
 from collections.abc import Callable, Sequence
@@ -20,6 +23,7 @@ from tensorplay.library._names import check_mutates_args
 
 __all__ = [
     "infer_schema",
+    "signature_schema",
     "Argument",
     "Schema",
     "parse_schema",
@@ -54,9 +58,27 @@ def infer_schema(
         'mylib::weighted(Tensor, SymInt, Tensor(a!)) -> Tensor'
     """
     name = op_name if op_name is not None else getattr(prototype_function, "__name__", "op")
+    arguments = _arguments(prototype_function, mutates_args, name, named=False)
+    returns = _returns(prototype_function, name)
+    return str(Schema(name, arguments, returns))
+
+
+def signature_schema(fn: Callable[..., Any], mutates_args: Sequence[str], name: str) -> Schema:
+    """The schema of an operator defined from ``fn`` without one, as PyTorch's
+    ``custom_op`` infers it: names, keyword-only arguments and defaults included
+    (``(Tensor x, float factor=2.0) -> Tensor``). ``ValueError`` for an annotation or a
+    default that has no schema spelling."""
+    return Schema(None, _arguments(fn, mutates_args, name, named=True), _returns(fn, name))
+
+
+def _arguments(
+    fn: Callable[..., Any], mutates_args: Sequence[str], name: str, *, named: bool
+) -> tuple[Argument, ...]:
+    """One ``Argument`` per parameter of ``fn`` (``*args``/``**kwargs`` skipped); with
+    ``named``, parameter names, defaults and keyword-only-ness too."""
     mutated = check_mutates_args(name, mutates_args)
-    sig = inspect.signature(prototype_function)
-    hints = _hints(prototype_function)
+    sig = inspect.signature(fn)
+    hints = _hints(fn)
     known = set(sig.parameters)
     for m in mutated:
         if m not in known:
@@ -65,18 +87,48 @@ def infer_schema(
                 f"(parameters: {sorted(known)})"
             )
     letters = iter("abcdefghijklmnopqrstuvwxyz")
-    types = []
+    arguments = []
     for p in sig.parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        text = _type_text(hints.get(p.name, p.annotation), f"parameter {p.name!r} of {name}")
-        if p.name in mutated:
-            optional = text.endswith("?")
-            base = text[:-1] if optional else text
-            text = f"{base}({next(letters)}!)" + ("?" if optional else "")
-        types.append(text)
-    returns = _return_text(hints.get("return", sig.return_annotation), name)
-    return f"{name}({', '.join(types)}) -> {returns}"
+        where = f"parameter {p.name!r} of {name}"
+        text = _type_text(hints.get(p.name, p.annotation), where)
+        alias = next(letters) if p.name in mutated else None
+        if not named:
+            arguments.append(Argument(text, alias=alias, is_write=alias is not None))
+            continue
+        default = None if p.default is p.empty else _default_text(p.default, where)
+        arguments.append(
+            Argument(text, p.name, alias, alias is not None, default, p.kind is p.KEYWORD_ONLY)
+        )
+    return tuple(arguments)
+
+
+def _returns(fn: Callable[..., Any], name: str) -> tuple[Argument, ...]:
+    ann = _hints(fn).get("return", inspect.signature(fn).return_annotation)
+    if ann is None or ann is type(None) or ann == "None":
+        return ()
+    origin, args = typing.get_origin(ann), typing.get_args(ann)
+    if origin is tuple and args:
+        return tuple(Argument(_type_text(a, f"the return of {name}")) for a in args)
+    return (Argument(_type_text(ann, f"the return of {name}")),)
+
+
+def _default_text(value: Any, where: str) -> str:
+    """A Python default as a schema writes it (``None``, ``True``, ``2.0``, ``"mean"``,
+    ``[1, 2]``)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a schema quotes strings with '"', as PyTorch writes them
+    if isinstance(value, (list, tuple)) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    raise ValueError(
+        f"the default {value!r} of {where} has no schema spelling (None, bool, int, float, "
+        "str or a list of numbers); pass the operator's schema explicitly with schema=..."
+    )
 
 
 def _hints(fn: Callable[..., Any]) -> dict:
@@ -132,15 +184,6 @@ def _string_type(ann: str, where: str) -> str:
     )
 
 
-def _return_text(ann: Any, name: str) -> str:
-    if ann is None or ann is type(None) or ann == "None":
-        return "()"
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is tuple and args:
-        return "(" + ", ".join(_type_text(a, f"the return of {name}") for a in args) + ")"
-    return _type_text(ann, f"the return of {name}")
-
-
 # ---- parsing ------------------------------------------------------------------------------------
 
 # The types a schema may name: PyTorch's, as custom operators use them.
@@ -172,7 +215,9 @@ _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 
 @dataclasses.dataclass(frozen=True)
 class Argument:
-    """One argument or return of a schema, e.g. ``Tensor(a!) out`` or ``float eps=1e-05``."""
+    """One argument or return of a schema, e.g. ``Tensor(a!) out`` or ``float eps=1e-05``.
+
+    ``str()`` writes it back as a schema does (``Tensor(a!)? out``)."""
 
     type: str  # with its suffixes, without the alias annotation: "Tensor?", "int[2]"
     name: str | None = None  # None where the schema gives none (infer_schema's style)
@@ -181,18 +226,54 @@ class Argument:
     default: str | None = None  # the default's text, verbatim
     kwarg_only: bool = False  # after "*"
 
+    def __str__(self) -> str:
+        base = _IDENT.match(self.type)
+        end = base.end() if base else len(self.type)
+        text = self.type[:end]
+        if self.alias is not None:  # the annotation sits between the type and its suffixes
+            text += f"({self.alias}{'!' if self.is_write else ''})"
+        text += self.type[end:]
+        if self.name is not None:
+            text += f" {self.name}"
+            if self.default is not None:
+                text += f"={self.default}"
+        return text
+
 
 @dataclasses.dataclass(frozen=True)
 class Schema:
-    """A parsed schema: ``[name](arguments) -> returns``."""
+    """A parsed schema: ``[name[.overload_name]](arguments) -> returns``.
+
+    ``str()`` writes it back in canonical spacing: ``str(parse_schema(s)) == s`` for a
+    schema written as PyTorch prints one (defaults keep their text verbatim, where
+    PyTorch would rewrite ``1.0`` as ``1.``)."""
 
     name: str | None  # the head ("ns::op" or "op"), None when it starts with "("
     arguments: tuple[Argument, ...]
     returns: tuple[Argument, ...]
+    overload_name: str = ""  # "Tensor" in "ns::op.Tensor(...)"; "" for the default overload
 
     def signature(self) -> Schema:
         """The schema without its head, to compare two definitions of one operator."""
-        return dataclasses.replace(self, name=None)
+        return dataclasses.replace(self, name=None, overload_name="")
+
+    def head(self) -> str | None:
+        """``"ns::op.overload"`` (``"ns::op"`` for the default overload; None: no head)."""
+        if self.name is None:
+            return None
+        return f"{self.name}.{self.overload_name}" if self.overload_name else self.name
+
+    def __str__(self) -> str:
+        args = []
+        for i, arg in enumerate(self.arguments):
+            if arg.kwarg_only and (i == 0 or not self.arguments[i - 1].kwarg_only):
+                args.append("*")
+            args.append(str(arg))
+        if len(self.returns) == 1:
+            returns = str(self.returns[0])
+        else:
+            returns = "(" + ", ".join(map(str, self.returns)) + ")"
+        return f"{self.head() or ''}({', '.join(args)}) -> {returns}"
 
 
 def parse_schema(schema: str, *, where: str = "schema") -> Schema:
@@ -212,11 +293,13 @@ class _Parser:
         self.text, self.where, self.pos = text, where, 0
 
     def schema(self) -> Schema:
-        name = None
+        name, overload = None, ""
         if not self.peek("("):
             name = self.ident("an operator name or '('")
             if self.accept("::"):
                 name += "::" + self.ident("the operator name after '::'")
+            if self.accept("."):
+                overload = self.ident("an overload name after '.'")
         self.expect("(", "'(' opening the arguments")
         arguments = self.arguments()
         self.expect("->", "'->' and the return type")
@@ -224,7 +307,7 @@ class _Parser:
         self.skip()
         if self.pos != len(self.text):
             self.fail("the end of the schema")
-        return Schema(name, arguments, returns)
+        return Schema(name, arguments, returns, overload)
 
     def arguments(self) -> tuple[Argument, ...]:
         args: list[Argument] = []
@@ -363,9 +446,9 @@ def check_schema(name: str, schema: Any) -> Schema | None:
             f"got {type(schema).__name__}"
         )
     parsed = parse_schema(schema, where=name)
-    if parsed.name is not None and parsed.name != name:
+    if parsed.name is not None and parsed.head() != name:
         raise ValueError(
-            f"{name}: schema {schema!r} names the operator {parsed.name!r}; start the schema "
+            f"{name}: schema {schema!r} names the operator {parsed.head()!r}; start the schema "
             f"with '(' or with {name!r}, e.g. '{name}(Tensor x) -> Tensor'"
         )
     return parsed
