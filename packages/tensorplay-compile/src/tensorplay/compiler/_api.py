@@ -27,7 +27,7 @@ from tensorplay.compiler._autocast import autocast_state, run_recording_dtypes
 from tensorplay.compiler._backends import default_backend, lookup_backend, validate_options
 from tensorplay.compiler._guards import Guards, collect
 from tensorplay.compiler._report import Report, ReportRow
-from tensorplay.graph import GraphModule, Tracer
+from tensorplay.graph import Graph, GraphModule, Tracer, propagate_shapes
 
 __all__ = ["CompiledFunction", "compile", "config"]
 
@@ -109,6 +109,12 @@ def compile(  # noqa: A001 - the public name is tp.compile
             running it eagerly.
         options: backend options; an unknown key raises ``ValueError`` naming it. With
             the default backend they are the ``"tvm"`` backend's, unused under ``"eager"``.
+            One key belongs to ``tp.compile`` itself, whatever the backend: ``"passes"``, a
+            list of graph passes run in order on each captured graph before the backend
+            sees it. A pass is ``pass_(gm: GraphModule) -> GraphModule | Graph | None``: it
+            returns a new module or graph, or edits ``gm`` in place and returns None. The
+            graph is linted after each pass, then recompiled and its ``meta``
+            (shapes) propagated again.
         strict: any fallback (a node the backend could not lower, a capture failure, the
             recompile limit) raises ``RuntimeError`` naming the node and the reason.
 
@@ -129,21 +135,24 @@ def compile(  # noqa: A001 - the public name is tp.compile
             f"tp.compile: mode must be one of {', '.join(map(repr, _cudagraphs.MODES))}, "
             f"got {mode!r}"
         )
+    options = dict(options or {})
+    passes = _check_passes(options.pop("passes", ()))
     if backend is None:
         # chosen at the first call: finding out whether TVM can run imports it (seconds)
         backend_fn, name = None, "default"
-        validate_options(lookup_backend("tvm"), "tvm", options or {})
+        validate_options(lookup_backend("tvm"), "tvm", options)
     else:
         backend_fn = lookup_backend(backend)
         name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
-        validate_options(backend_fn, name, options or {})
+        validate_options(backend_fn, name, options)
     settings = dict(
         backend=backend_fn,
         backend_name=name,
         mode=mode or "default",
         dynamic=bool(dynamic),
         fullgraph=fullgraph,
-        options=dict(options or {}),
+        options=options,
+        passes=passes,
         strict=strict,
     )
     if fn is None:
@@ -166,6 +175,7 @@ class CompiledFunction:
         dynamic: bool,
         fullgraph: bool,
         options: dict[str, Any],
+        passes: list[Callable],
         strict: bool,
     ) -> None:
         functools.update_wrapper(self, fn)
@@ -177,10 +187,12 @@ class CompiledFunction:
         self.dynamic = dynamic
         self.fullgraph = fullgraph
         self.options = options
+        self.passes = passes
         self.strict = strict
         self._tensorplay_cache: dict[tuple, Artifact] = {}
         self._last: Artifact | None = None
         self._limit_warned = False
+        self._capture_warned = False
         # collected at the first miss (a decorator runs before the globals it reads exist)
         self._guards = Guards([])
 
@@ -283,6 +295,7 @@ class CompiledFunction:
             key = self._key(spec)
             if self.fullgraph or self.strict:
                 raise
+            self._warn_capture_failed(e)
             artifact = self._eager_artifact(key, f"capture failed: {e}")
             artifact.guarded = self._guards.values()
             self._tensorplay_cache[key] = artifact
@@ -290,6 +303,8 @@ class CompiledFunction:
         # NOTE: guarded values are read after tracing: Python state the function changed
         # while traced (a list counting traces) is what the graph was built with
         key, guarded = self._key(spec), self._guards.values()
+        if self.passes:
+            gm = self._run_passes(gm)
         result = _NOT_RUN
         if autocast_state():  # traced dtypes are pre-autocast: take eager's (see _autocast)
             result = run_recording_dtypes(gm, tensors)
@@ -299,7 +314,7 @@ class CompiledFunction:
             rows = [
                 ReportRow(n.name, n.op_name, self.backend_name)
                 for n in gm.graph.nodes
-                if n.op in ("call_function", "call_method")
+                if n.op in ("call_function", "call_method", "call_module")
             ]
         report = Report(rows, backend=self.backend_name, key=key)
         self._check_fallbacks(report)
@@ -352,6 +367,47 @@ class CompiledFunction:
         gm.dynamic = self.dynamic and not tracer.shape_specialized
         return gm, tracer.shape_specialized
 
+    def _run_passes(self, gm: GraphModule) -> GraphModule:
+        """``gm`` after every pass of ``options["passes"]``, linted, recompiled, re-shaped."""
+        dynamic = getattr(gm, "dynamic", False)
+        for pass_ in self.passes:
+            name = getattr(pass_, "__name__", repr(pass_))
+            result = pass_(gm)
+            if isinstance(result, Graph):
+                result = GraphModule(result, gm)
+            elif result is None:
+                result = gm
+            elif not isinstance(result, GraphModule):
+                raise TypeError(
+                    f"tp.compile({self.__name__}): pass {name} returned "
+                    f"{type(result).__name__}; a pass returns a GraphModule, a Graph, or None "
+                    "after editing the GraphModule it was given in place"
+                )
+            try:
+                result.graph.lint()
+            except RuntimeError as e:
+                raise RuntimeError(
+                    f"tp.compile({self.__name__}): pass {name} left a malformed graph: {e}"
+                ) from None
+            gm = result
+        gm.recompile()
+        propagate_shapes(gm)
+        gm.dynamic = dynamic
+        return gm
+
+    def _warn_capture_failed(self, error: GraphCaptureError) -> None:
+        """Once per compiled function: capture failed, so the function runs eagerly."""
+        if self._capture_warned:
+            return
+        self._capture_warned = True
+        name = self.__name__
+        warnings.warn(
+            f"tp.compile({name}) runs {name} eagerly, not compiled (graph capture failed; "
+            f"{name}.report() says why, fullgraph=True raises instead): {error}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
     def _eager_artifact(self, key: tuple, reason: str) -> Artifact:
         name = self.__name__
         row = ReportRow(name, "<function>", "eager", reason=reason, fallback=True)
@@ -393,6 +449,22 @@ class CompiledFunction:
 
     def __repr__(self) -> str:
         return f"<compiled {self.__name__} backend={self.backend_name!r}>"
+
+
+def _check_passes(passes: Any) -> list[Callable]:
+    """``options["passes"]`` as a list of callables, or ``TypeError`` naming the bad one."""
+    if not isinstance(passes, (list, tuple)):
+        raise TypeError(
+            f"tp.compile: options['passes'] must be a list of passes, got {type(passes).__name__}"
+        )
+    for i, pass_ in enumerate(passes):
+        if not callable(pass_):
+            raise TypeError(
+                f"tp.compile: options['passes'][{i}] is a {type(pass_).__name__}, not a pass; "
+                "a pass is a function taking a GraphModule and returning a GraphModule, "
+                "a Graph, or None (after editing it in place)"
+            )
+    return list(passes)
 
 
 def _shapes(tensors: list) -> tuple:

@@ -170,7 +170,7 @@ def interpreter_rows(gm: GraphModule, reason: str) -> list[ReportRow]:
     """Every node run by the interpreter, saying ``reason`` (library ops keep their route)."""
     rows = []
     for node in gm.graph.nodes:
-        if node.op not in ("call_function", "call_method"):
+        if node.op not in ("call_function", "call_method", "call_module"):
             continue
         kind = barrier_kind(node)
         rows.append(ReportRow(node.name, node.op_name, kind or "interpreter", reason))

@@ -66,6 +66,9 @@ class Interpreter:
     def get_attr(self, target: str, args: tuple, kwargs: dict) -> Any:
         return getattr(self.module, target)
 
+    def call_module(self, target: str, args: tuple, kwargs: dict) -> Any:
+        return self.module.get_submodule(target)(*args, **kwargs)
+
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         return target(*args, **kwargs)
 

@@ -5,12 +5,16 @@ How a call reaches the tracer:
 * core ops (``tp.exp(p)``, ``p.exp()``, ``p + 1``): ``Proxy`` implements
   ``__tensorplay_function__``, so the dispatcher hands every public op that receives a
   proxy to ``Proxy.__tensorplay_function__``, which records a ``call_function`` node.
-  Methods are recorded as ``call_method`` nodes, operators as calls of the op function.
+  Methods are recorded as ``call_method`` nodes, operators as calls of the op function:
+  ``x + y`` and ``tp.add(x, y)`` are both ``tp.add`` (torch.fx records ``operator.add``
+  for the first), so a pass or a pattern matches an op whichever way it was spelled.
 * library ops (``custom_op``, ``triton_op``, ``tile_lang_op``) are entries of the same
   dispatcher (``TensorOp``), so they reach ``Proxy.__tensorplay_function__`` the same way
   and become one opaque node: the op's body never runs. (Other code holding a proxy can
   call core's ``capture_call(target, args, kwargs)``, which lands in
   ``Tracer.record_call``.)
+* functions marked with ``wrap`` record one ``call_function`` node (``Tracer.record``)
+  instead of being traced through.
 
 Every node gets ``meta["val"]``: its result computed by the same call on meta tensors
 (shape and dtype only, never real kernels). A value Python needs concretely (``bool(p)``,
@@ -34,8 +38,9 @@ from tensorplay._extension import OPS, TensorOp
 from tensorplay.capture import GraphCaptureError
 from tensorplay.graph._graph import Graph, Node, map_args
 from tensorplay.graph._module import GraphModule
+from tensorplay.graph._shape_prop import _meta_like, propagate
 
-__all__ = ["Proxy", "Tracer", "user_frame"]
+__all__ = ["Proxy", "Tracer", "get_graph_node_names", "symbolic_trace", "user_frame"]
 
 # Tensor attributes read from the value's metadata instead of being recorded.
 _SHAPE_ATTRS = frozenset({"shape", "size", "numel", "stride"})
@@ -187,18 +192,20 @@ def _install_operators() -> None:
 
 
 class Tracer:
-    """Record a function's TensorPlay calls as a ``Graph``.
+    """Record a function's (or a module's) TensorPlay calls as a ``Graph``.
 
     ``Tracer().trace(fn, sample_inputs={"x": tensor})`` returns a ``GraphModule``; the
     sample inputs give shapes and dtypes (nothing runs on their data). Parameters not in
-    ``sample_inputs`` are placeholders without shape information, unless ``constants``
-    provides a fixed Python value for them.
+    ``sample_inputs`` are placeholders without shape information, unless ``concrete_args``
+    fixes their value.
     """
 
     def __init__(self) -> None:
         self.graph = Graph()
         self.constants: dict[str, Any] = {}
         self._constant_nodes: dict[int, Node] = {}
+        self._attribute_names: dict[int, str] = {}  # id(tensor) -> "layer.weight"
+        self._anonymous = 0  # tensors that are no module's attribute: _tensor_constant<i>
         # set when the traced code read a shape: the graph is valid for these shapes only
         self.shape_specialized = False
 
@@ -206,22 +213,50 @@ class Tracer:
 
     def trace(
         self,
-        fn: Callable,
+        root: Callable,
         sample_inputs: dict[str, Any] | None = None,
         *,
-        constants: dict[str, Any] | None = None,
+        concrete_args: dict[str, Any] | None = None,
     ) -> GraphModule:
-        """Capture ``fn`` into a ``GraphModule`` whose inputs are ``fn``'s tensor parameters."""
-        if not callable(fn):
-            raise TypeError(f"Tracer.trace(fn): fn must be callable, got {type(fn).__name__}")
+        """Capture ``root`` into a ``GraphModule`` whose inputs are its tensor parameters.
+
+        Args:
+            root: a function, or a module (an object with ``forward``, such as a
+                ``tensorplay.nn.Module``): it is called as in eager mode (hooks run), its
+                submodules are traced through, and its parameters and buffers
+                (``named_parameters()`` / ``named_buffers()``) become ``get_attr`` nodes
+                named by their qualified names (``"0.weight"``).
+            sample_inputs: parameter name -> tensor giving its shape and dtype.
+            concrete_args: parameter name -> value to specialise on: the value is used
+                while tracing (Python branches on it are resolved) and the parameter is
+                not an input of the graph.
+
+        Raises:
+            TypeError: ``root`` is not callable, or a name in ``sample_inputs`` /
+                ``concrete_args`` is not one of its parameters.
+        """
+        if not callable(root):
+            raise TypeError(f"Tracer.trace(root): root must be callable, got {type(root).__name__}")
         sample_inputs = dict(sample_inputs or {})
-        constants = dict(constants or {})
-        params = inspect.signature(fn).parameters
-        unknown = set(sample_inputs) - set(params)
-        if unknown and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        concrete_args = dict(concrete_args or {})
+        owner = getattr(root, "__self__", root)  # a bound method's module, or the module
+        self._attribute_names = _attribute_names(owner)
+        forward = getattr(root, "forward", None)
+        params = inspect.signature(forward if callable(forward) else root).parameters
+        named = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        for what, given in (("sample_inputs", sample_inputs), ("concrete_args", concrete_args)):
+            unknown = set(given) - set(params)
+            if unknown and not (named and what == "sample_inputs"):
+                raise TypeError(
+                    f"Tracer.trace(): {what} names {sorted(unknown)} are not parameters of "
+                    f"{getattr(root, '__name__', type(root).__name__)}"
+                    f"{inspect.signature(forward if callable(forward) else root)}"
+                )
+        both = set(sample_inputs) & set(concrete_args)
+        if both:
             raise TypeError(
-                f"Tracer.trace(): sample_inputs names {sorted(unknown)} are not parameters of "
-                f"{getattr(fn, '__name__', fn)}{inspect.signature(fn)}"
+                f"Tracer.trace(): {sorted(both)} given in both sample_inputs and concrete_args; "
+                "a parameter is either an input (sample) or specialised (concrete)"
             )
         args: list = []
         kwargs: dict = {}
@@ -236,8 +271,8 @@ class Tracer:
                 for key in sample_inputs.keys() - params.keys():
                     kwargs[key] = self._input(key, sample_inputs[key])
                 continue
-            if name in constants:
-                value = constants[name]
+            if name in concrete_args:
+                value = concrete_args[name]
             elif name in sample_inputs:
                 value = self._input(name, sample_inputs[name])
             elif p.default is not p.empty:
@@ -249,7 +284,7 @@ class Tracer:
             else:
                 args.append(value)
         with capture.tracing(self):
-            result = fn(*args, **kwargs)
+            result = root(*args, **kwargs)
         self.graph.output(map_args(result, self._as_arg))
         return GraphModule(self.graph, self.constants)
 
@@ -293,7 +328,7 @@ class Tracer:
         node = self.graph.create_node(op, target, node_args, node_kwargs)
         node.meta["opaque"] = opaque
         node.meta["stack"] = user_frame()
-        self._propagate(node)
+        propagate(node)
         val = node.meta.get("val")
         if isinstance(val, tuple):  # a multi-output op: one getitem node per output
             items = [
@@ -311,61 +346,73 @@ class Tracer:
                     f"{value!r} belongs to another capture; values cannot cross tracers"
                 )
             return value.node
-        if isinstance(value, tp.Tensor):  # a tensor made outside the capture: a constant
+        if isinstance(value, tp.Tensor):  # a tensor made outside the capture: an attribute
             known = self._constant_nodes.get(id(value))
             if known is None:
-                name = f"_tensor_constant{len(self.constants)}"
+                name = self._attribute_names.get(id(value))
+                if name is None:
+                    name = f"_tensor_constant{self._anonymous}"
+                    self._anonymous += 1
                 known = self.graph.get_attr(name)
                 known.meta["val"] = _meta_like(value)
                 known.meta["device"] = value.device
-                self.constants[known.target] = value
+                self.constants[name] = value
                 self._constant_nodes[id(value)] = known
             return known
         return value
 
-    def _propagate(self, node: Node) -> None:
-        """Fill ``node.meta["val"]`` by running the call on meta tensors (no real kernels)."""
-        unknown = []
 
-        def meta(v: Any) -> Any:
-            if isinstance(v, Node):
-                val = v.meta.get("val")
-                if val is None:
-                    unknown.append(v)
-                return val
-            return v
-
-        args, kwargs = map_args(node.args, meta), map_args(node.kwargs, meta)
-        inputs = node.all_input_nodes
-        node.meta["requires_grad"] = any(n.meta.get("requires_grad", False) for n in inputs)
-        # meta values have no real device: carry the inputs' one (for backends' targets)
-        node.meta["device"] = next((n.meta["device"] for n in inputs if "device" in n.meta), None)
-        if unknown:
-            return
-        tracer = capture.pop_tracer()  # a library op given meta tensors must run, not record
-        try:
-            with tp.no_grad():
-                if node.op == "call_method":
-                    val = getattr(args[0], node.target)(*args[1:], **kwargs)
-                else:
-                    val = node.target(*args, **kwargs)
-        except Exception as e:  # noqa: BLE001 - any failure only means "shape unknown"
-            node.meta["meta_error"] = f"{type(e).__name__}: {e}"
-            return
-        finally:
-            capture.push_tracer(tracer)
-        if _is_meta_value(val):
-            node.meta["val"] = val
+def symbolic_trace(
+    root: Callable,
+    sample_inputs: dict[str, Any] | None = None,
+    *,
+    concrete_args: dict[str, Any] | None = None,
+) -> GraphModule:
+    """``Tracer().trace(root, sample_inputs, concrete_args=...)``: capture ``root``."""
+    return Tracer().trace(root, sample_inputs, concrete_args=concrete_args)
 
 
-def _meta_like(t: Any) -> Any:
-    return tp.empty(tuple(t.shape), dtype=t.dtype, device="meta")
+def get_graph_node_names(
+    root: Callable,
+    sample_inputs: dict[str, Any] | None = None,
+    *,
+    concrete_args: dict[str, Any] | None = None,
+) -> tuple[list[str], list[str]]:
+    """``(train_names, eval_names)``: the node names of ``root``'s graph in training and in
+    evaluation mode, as torchvision's ``feature_extraction.get_graph_node_names`` returns.
+
+    Inputs are listed, the output node is not. A module (anything with ``train()`` /
+    ``eval()`` and ``training``) is traced once in each mode and left in the mode it was
+    in; for a function both lists are the same.
+    """
+    switch = all(hasattr(root, a) for a in ("train", "eval", "training"))
+    if not switch:
+        names = _node_names(symbolic_trace(root, sample_inputs, concrete_args=concrete_args))
+        return names, list(names)
+    was_training = bool(root.training)
+    try:
+        root.train()
+        train = _node_names(symbolic_trace(root, sample_inputs, concrete_args=concrete_args))
+        root.eval()
+        evaluation = _node_names(symbolic_trace(root, sample_inputs, concrete_args=concrete_args))
+    finally:
+        root.train(was_training)
+    return train, evaluation
 
 
-def _is_meta_value(v: Any) -> bool:
-    if isinstance(v, tuple):
-        return all(_is_meta_value(x) for x in v)
-    return isinstance(v, tp.Tensor) and v.device.type == "meta"
+def _node_names(gm: GraphModule) -> list[str]:
+    return [n.name for n in gm.graph.nodes if n.op != "output"]
+
+
+def _attribute_names(owner: Any) -> dict[int, str]:
+    """id(tensor) -> qualified name, for a module's parameters and buffers (duck-typed)."""
+    names: dict[int, str] = {}
+    for method in ("named_parameters", "named_buffers"):
+        listing = getattr(owner, method, None)
+        if callable(listing):
+            for name, tensor in listing():
+                names.setdefault(id(tensor), name)
+    return names
 
 
 _install_operators()
