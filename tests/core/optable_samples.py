@@ -442,6 +442,158 @@ def _index_put(row, dt, rng):
     )
 
 
+def _one_bound(row, dt, rng):
+    """clamp_min/clamp_max: a number bound (representable in dt: torch casts it first) or a
+    tensor one; a bool tensor takes tensor bounds only (as in torch)."""
+    if dt is not tp.bool:
+        bound = 1 if dt.category == 1 else 0.5
+        yield _s("number", make((3, 4), dt, rng), bound)
+        yield _s("0d", make((), dt, rng), bound)
+        yield _s("empty", make((2, 0), dt, rng), bound)
+        other = tp.float64 if dt is not tp.float64 else tp.int64
+        yield _s("mixed", make((2, 3), dt, rng), make((2, 3), other, rng))
+    yield _s("tensor", make((3, 4), dt, rng, "transposed"), make((1, 4), dt, rng))
+    yield _s("broadcast_up", make((3, 1), dt, rng), make((1, 4), dt, rng, "stepped"))
+
+
+def _addc(row, dt, rng):
+    """addcmul/addcdiv: three broadcast tensors and a value (addcdiv divides by values away
+    from zero)."""
+    dom = "nonzero" if row.name == "addcdiv" else None
+    yield _s(
+        "same", make((3, 4), dt, rng), make((3, 4), dt, rng), make((3, 4), dt, rng, domain=dom)
+    )
+    yield _s(
+        "broadcast",
+        make((3, 1), dt, rng),
+        make((1, 4), dt, rng, "stepped"),
+        make((3, 4), dt, rng, "transposed", dom),
+    )
+    yield _s(
+        "value",
+        make((2, 3), dt, rng, "expanded"),
+        make((2, 3), dt, rng),
+        make((2, 3), dt, rng, domain=dom),
+        value=2,
+    )
+    if dt.category >= 2:
+        value = -0.5 if dt.category == 2 else 0.5 - 1j
+        t = [make((2, 3), dt, rng), make((2, 3), dt, rng), make((2, 3), dt, rng, domain=dom)]
+        yield _s("fractional_value", *t, value=value)
+    yield _s("0d", make((), dt, rng), make((), dt, rng), make((), dt, rng, domain=dom))
+    yield _s("empty", make((0, 3), dt, rng), make((3,), dt, rng), make((0, 1), dt, rng, domain=dom))
+    yield _s(
+        "mixed",
+        make((2, 3), dt, rng),
+        # a wider partner of dt's kind (the complex gradient test aligns complex leaves only)
+        make((2, 3), tp.complex128 if dt.is_complex else tp.float64, rng),
+        make((2, 3), dt, rng, domain=dom),
+    )
+
+
+def _lerp(row, dt, rng):
+    # integer inputs are refused; an integer weight keeps their promotion integer, so that
+    # the generated tests expect the refusal
+    w = (0.25, 0.75, 1.0) if dt.category >= 2 else (0, 1, 1)
+    yield _s("near_start", make((3, 4), dt, rng), make((3, 4), dt, rng), w[0])
+    yield _s("near_end", make((3, 4), dt, rng, "transposed"), make((3, 4), dt, rng), w[1])
+    yield _s("tensor_weight", make((3, 1), dt, rng), make((1, 4), dt, rng), make((3, 4), dt, rng))
+    yield _s(
+        "0d_weight", make((2, 3), dt, rng), make((2, 3), dt, rng, "stepped"), make((), dt, rng)
+    )
+    yield _s("0d", make((), dt, rng), make((), dt, rng), w[2])
+    yield _s("empty", make((0, 3), dt, rng), make((3,), dt, rng), w[0])
+
+
+def _cumulative_extreme(row, dt, rng):
+    yield _s("dim0", make((3, 4), dt, rng), 0)
+    yield _s("dim_last", make((3, 4), dt, rng, "transposed"), -1)
+    yield _s("stepped_3d", make((2, 3, 5), dt, rng, "stepped"), 1)
+    yield _s("long", make((2, 37), dt, rng), 1)  # several rounds of the scan
+    yield _s("0d", make((), dt, rng), 0)
+    yield _s("empty", make((0, 3), dt, rng), 1)
+    if dt is not tp.float64:  # ties and NaN are kinks: float64 samples are differentiated
+        yield _s("ties", tp.tensor([[1, 0, 1, 0, 1], [2, 2, 0, 0, 1]]).to(dt), 1)
+        if dt.category == 2:
+            nan = float("nan")
+            x = tp.tensor([[2.0, nan, 1.0, nan, 3.0], [-1.0, 0.0, -0.0, 4.0, 4.0]], dtype=dt)
+            yield _s("nonfinite", x, 1)
+
+
+def _scale_for(dt):
+    """A scale factor (index_add's alpha) for dt: real for complex dt too, since torch's
+    index_add gradient forgets to conjugate a complex alpha (test_extension_ops.py checks
+    ours)."""
+    return {0: True, 1: 2}.get(dt.category, -1.5)
+
+
+def _index_add(row, dt, rng):
+    yield _s("dim0_repeats", make((3, 4), dt, rng), 0, tp.tensor([2, 0, 2]), make((3, 4), dt, rng))
+    yield _s(
+        "dim1_alpha",
+        make((3, 4), dt, rng, "transposed"),
+        1,
+        tp.tensor([3, 1]),
+        make((3, 2), dt, rng, "stepped"),
+        alpha=_scale_for(dt),
+    )
+    idx32 = tp.tensor([0, 0], dtype=tp.int32)
+    yield _s("int32_index", make((2, 3), dt, rng), -1, idx32, make((2, 2), dt, rng))
+    yield _s("0d_index", make((3, 4), dt, rng), 0, tp.tensor(1), make((1, 4), dt, rng))
+    yield _s("0d", make((), dt, rng), 0, tp.tensor(0), make((), dt, rng))
+    empty = tp.tensor([], dtype=tp.int64)
+    yield _s("empty_index", make((3, 4), dt, rng), 0, empty, make((0, 4), dt, rng))
+
+
+def _index_copy(row, dt, rng):
+    # distinct indices: with a repeat, which slice is kept is unspecified (as in torch)
+    yield _s("dim0", make((3, 4), dt, rng), 0, tp.tensor([2, 0]), make((2, 4), dt, rng))
+    yield _s(
+        "dim1",
+        make((3, 4), dt, rng, "transposed"),
+        1,
+        tp.tensor([3, 1, 0]),
+        make((3, 3), dt, rng, "stepped"),
+    )
+    yield _s("0d_index", make((3, 4), dt, rng), -2, tp.tensor(1), make((1, 4), dt, rng))
+    yield _s("0d", make((), dt, rng), 0, tp.tensor(0), make((), dt, rng))
+    empty = tp.tensor([], dtype=tp.int64)
+    yield _s("empty_index", make((3, 4), dt, rng), 1, empty, make((3, 0), dt, rng))
+
+
+def _scatter_reduce(row, dt, rng):
+    reductions = ["sum", "prod", "mean", "amax", "amin"]
+    if dt is tp.bool:
+        reductions.remove("mean")  # torch has no bool mean
+    if dt.is_complex:
+        reductions = reductions[:3]  # nor a complex maximum
+    repeats = tp.tensor([[1, 1, 0], [2, 2, 2]])
+    for reduce in reductions:
+        for include_self in (True, False):
+            yield _s(
+                f"{reduce}_{'with' if include_self else 'without'}_self",
+                make((3, 4), dt, rng),
+                1,
+                repeats,
+                make((2, 5), dt, rng),  # larger than the index: only its corner is read
+                reduce,
+                include_self=include_self,
+            )
+    index = tp.tensor([[2, 0, 2, 0], [2, 1, 1, 1]])
+    yield _s("dim0", make((3, 4), dt, rng, "transposed"), 0, index, make((2, 4), dt, rng), "sum")
+    yield _s("0d", make((), dt, rng), 0, tp.tensor(0), make((), dt, rng), reductions[-1])
+    empty = tp.zeros(3, 0, dtype=tp.int64)
+    yield _s("empty", make((3, 4), dt, rng), 1, empty, make((3, 0), dt, rng), "sum")
+    if dt is not tp.bool:
+        # zeros in the product, at most one from src in each position written
+        x = tp.tensor([[0, 2, 3, 1], [1, 3, 2, 0], [2, 1, 0, 3]]).to(dt)
+        src = tp.tensor([[2, 0, 3], [1, 2, 0]]).to(dt)
+        for include_self in (True, False):
+            yield _s(
+                f"prod_zeros_{include_self}", x, 1, repeats, src, "prod", include_self=include_self
+            )
+
+
 # ---- reductions -------------------------------------------------------------------------
 
 _RED_SHAPES = [
@@ -674,6 +826,17 @@ _NAMED = {
     "argmin": _dim_reduction,
     "max_dim": _dim_reduction,
     "min_dim": _dim_reduction,
+    "clamp_min": _one_bound,
+    "clamp_max": _one_bound,
+    "addcmul": _addc,
+    "addcdiv": _addc,
+    "lerp": _lerp,
+    "cummax": _cumulative_extreme,
+    "cummin": _cumulative_extreme,
+    "ger": _outer,
+    "index_add": _index_add,
+    "index_copy": _index_copy,
+    "scatter_reduce": _scatter_reduce,
 }
 _NAMED.update({name: _views for name in VIEW_SAMPLES})
 
@@ -1029,6 +1192,78 @@ def _index_put_ref(x, v, indices, accumulate=False):
     return out
 
 
+def _cumulative_extreme_ref(later_wins):
+    """torch's loop: a NaN always takes over; otherwise an element takes over when it
+    ``later_wins`` against the running value (a tie moves the index along)."""
+
+    def ref(x, dim):
+        x = np.asarray(x)
+        if x.ndim == 0:
+            return x.copy(), np.zeros((), np.int64)
+        moved = np.moveaxis(x, dim, -1)
+        values, indices = moved.copy(), np.zeros(moved.shape, np.int64)
+        for pos in np.ndindex(*moved.shape[:-1]):
+            best, at = None, 0
+            for k, v in enumerate(moved[pos]):
+                if best is None or v != v or (best == best and later_wins(v, best)):
+                    best, at = v, k
+                values[pos + (k,)], indices[pos + (k,)] = best, at
+        return np.moveaxis(values, -1, dim), np.moveaxis(indices, -1, dim)
+
+    return ref
+
+
+def _slices(x, dim, idx, src):
+    """(x as at least 1-d, copied; the wrapped dim; the index as a list; src as at least
+    1-d): index_add/index_copy read a 0-d tensor as 1-d."""
+    out = np.array(x, copy=True).reshape(np.shape(x) or (1,))
+    src = np.asarray(src).reshape(np.shape(src) or (1,))
+    return out, dim % out.ndim, np.asarray(idx).reshape(-1).tolist(), src
+
+
+def _index_add_ref(x, dim, idx, src, alpha=1):
+    out, d, idx, src = _slices(x, dim, idx, src)
+    for j, i in enumerate(idx):
+        at = (slice(None),) * d + (i,)
+        part = np.take(src, j, axis=d)
+        if out.dtype == bool:
+            out[at] = out[at] | (part & bool(alpha))
+        else:
+            out[at] = out[at] + alpha * part
+    return out.reshape(np.shape(x))
+
+
+def _index_copy_ref(x, dim, idx, src):
+    out, d, idx, src = _slices(x, dim, idx, src)
+    for j, i in enumerate(idx):
+        out[(slice(None),) * d + (i,)] = np.take(src, j, axis=d)
+    return out.reshape(np.shape(x))
+
+
+def _scatter_reduce_ref(x, dim, idx, src, reduce, include_self=True):
+    out = np.array(x, copy=True).reshape(np.shape(x) or (1,))
+    src = np.asarray(src).reshape(np.shape(src) or (1,))
+    idx = np.asarray(idx).reshape(np.shape(idx) or (1,))
+    slots = {}  # written position -> the values reduced there
+    for pos in np.ndindex(*idx.shape):
+        at = list(pos)
+        at[dim % out.ndim] = idx[pos]
+        slots.setdefault(tuple(at), [out[tuple(at)]] if include_self else []).append(src[pos])
+    for at, vals in slots.items():
+        vals = np.array(vals)
+        if reduce == "sum":
+            r = vals.any() if vals.dtype == bool else vals.sum()
+        elif reduce == "prod":
+            r = vals.all() if vals.dtype == bool else vals.prod()
+        elif reduce == "mean":
+            total = vals.sum()
+            r = total // len(vals) if vals.dtype.kind in "iu" else total / len(vals)  # floor
+        else:
+            r = (np.max if reduce == "amax" else np.min)(vals)  # NaN propagates
+        out[at] = r
+    return out.reshape(np.shape(x))
+
+
 REF = {
     "_to_copy": lambda x, dtype: np.asarray(x).astype(dtype.np),
     "_index": lambda x, indices: x[indices],
@@ -1138,6 +1373,19 @@ REF = {
     "masked_fill": _masked_fill_ref,
     "clone": lambda x, memory_format=None: np.array(x),
     "contiguous_copy": lambda x: np.array(x),
+    "clamp_min": np.maximum,
+    "clamp_max": np.minimum,
+    "addcmul": lambda a, b, c, value=1: a + value * b * c,
+    "addcdiv": lambda a, b, c, value=1: a + value * b / c,
+    "lerp": lambda a, b, w: a + w * (b - a),
+    "real": np.real,
+    "imag": np.imag,
+    "cummax": _cumulative_extreme_ref(operator.ge),
+    "cummin": _cumulative_extreme_ref(operator.le),
+    "ger": np.multiply.outer,
+    "index_add": _index_add_ref,
+    "index_copy": _index_copy_ref,
+    "scatter_reduce": _scatter_reduce_ref,
 }
 REF.update({name: _views_ref(name) for name in VIEW_REF})
 

@@ -169,6 +169,52 @@ def _unique(row, dt, rng):
         yield _s("nan", nan, **both, meta=False)
 
 
+def _diag_embed(row, dt, rng):
+    yield _s("vector", make((4,), dt, rng))
+    yield _s("batch_above", make((2, 3), dt, rng, "transposed"), 1)
+    yield _s("dims_swapped", make((2, 3), dt, rng), -1, 2, 0)
+    yield _s("middle", make((2, 3, 2), dt, rng, "stepped"), 0, 0, 2)
+    yield _s("empty", make((0, 3), dt, rng))
+    yield _s("empty_diagonal", make((2, 0), dt, rng), 2)
+
+
+def _diag(row, dt, rng):
+    yield _s("vector", make((3,), dt, rng))
+    yield _s("vector_above", make((3,), dt, rng, "stepped"), 2)
+    yield _s("vector_below", make((2,), dt, rng), -1)
+    yield _s("matrix", make((3, 4), dt, rng))
+    yield _s("matrix_above", make((3, 4), dt, rng, "transposed"), 1)
+    yield _s("matrix_below", make((4, 3), dt, rng), -2)
+    yield _s("matrix_outside", make((3, 4), dt, rng), 5)
+    yield _s("empty", make((0,), dt, rng))
+
+
+def _repeat_interleave(row, dt, rng):
+    # tensor repeats fix the result's shape only with output_size (meta needs it)
+    yield _s("flat", make((2, 3), dt, rng), 2)
+    yield _s("dim0_counts", make((2, 3), dt, rng, "transposed"), tp.tensor([1, 2]), 0, meta=False)
+    counts32 = tp.tensor([2, 0, 1], dtype=tp.int32)
+    yield _s("dim_last_counts", make((2, 3), dt, rng, "stepped"), counts32, -1, meta=False)
+    yield _s("one_count", make((2, 3), dt, rng), tp.tensor(2), 1, meta=False)
+    yield _s("flat_counts", make((2, 2), dt, rng), tp.tensor([1, 0, 2, 1]), meta=False)
+    yield _s("output_size", make((2, 3), dt, rng), tp.tensor([1, 2]), 0, output_size=3)
+    yield _s("int_dim", make((3, 2), dt, rng, "expanded"), 3, 1)
+    yield _s("0d", make((), dt, rng), 3)
+    yield _s("empty", make((0, 3), dt, rng), 2, 0)
+    yield _s("counts_only", tp.tensor([1, 3, 0, 2]), meta=False)
+
+
+def _masked_select(row, dt, rng):
+    bools = tp.bool
+    yield _s("same", make((3, 4), dt, rng), make((3, 4), bools, rng), meta=False)
+    yield _s(
+        "broadcast_mask", make((3, 4), dt, rng, "transposed"), make((1, 4), bools, rng), meta=False
+    )
+    yield _s("broadcast_input", make((4,), dt, rng), make((3, 4), bools, rng), meta=False)
+    yield _s("0d", make((), dt, rng), tp.tensor(True), meta=False)
+    yield _s("empty", make((0, 3), dt, rng), make((3,), bools, rng))
+
+
 NAMED: dict = {
     "sort": _sort,
     "argsort": _sort,
@@ -181,6 +227,10 @@ NAMED: dict = {
     "nonzero": _nonzero,
     "argwhere": _nonzero,
     "unique": _unique,
+    "diag_embed": _diag_embed,
+    "diag": _diag,
+    "repeat_interleave": _repeat_interleave,
+    "masked_select": _masked_select,
 }
 
 
@@ -252,6 +302,30 @@ def _unique_ref(x, sorted=True, return_inverse=False, return_counts=False, dim=N
     return picked if len(picked) > 1 else values
 
 
+def _diag_embed_ref(x, offset=0, dim1=-2, dim2=-1):
+    n = x.shape[-1] + abs(offset)
+    out = np.zeros(x.shape[:-1] + (n, n), x.dtype)
+    for i in range(x.shape[-1]):
+        out[..., i + max(-offset, 0), i + max(offset, 0)] = x[..., i]
+    nd = x.ndim + 1
+    return np.moveaxis(out, (-2, -1), (dim1 % nd, dim2 % nd))
+
+
+def _repeat_interleave_ref(x, repeats=None, dim=None, output_size=None):
+    if repeats is None:
+        return np.repeat(np.arange(len(x)), x)
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    if isinstance(repeats, np.ndarray):
+        repeats = np.broadcast_to(repeats.reshape(-1), (x.shape[dim],))
+    return np.repeat(x, repeats, axis=dim)
+
+
+def _masked_select_ref(x, mask):
+    shape = np.broadcast_shapes(np.shape(x), np.shape(mask))
+    return np.broadcast_to(x, shape)[np.broadcast_to(mask, shape)]
+
+
 REF: dict = {
     "sort": _sort_ref,
     "argsort": lambda *a, **k: _sort_ref(*a, **k)[1],
@@ -264,4 +338,8 @@ REF: dict = {
     "nonzero": _nonzero_ref,
     "argwhere": np.argwhere,
     "unique": _unique_ref,
+    "diag_embed": _diag_embed_ref,
+    "diag": lambda x, diagonal=0: np.diag(x, diagonal),
+    "repeat_interleave": _repeat_interleave_ref,
+    "masked_select": _masked_select_ref,
 }

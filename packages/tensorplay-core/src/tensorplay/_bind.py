@@ -114,7 +114,9 @@ class _Lazy:
 
 def _attach():
     for row in ROWS:
-        if row.method:
+        if row.method == "attribute":  # a data descriptor (z.real = v): it must be there to set
+            setattr(Tensor, row.name, row.fn)
+        elif row.method:
             setattr(Tensor, row.name, _Lazy(row.name, lambda row=row: row.fn))
         if row.inplace:
             setattr(Tensor, row.name + "_", _Lazy(row.name + "_", lambda row=row: row.inplace_fn))

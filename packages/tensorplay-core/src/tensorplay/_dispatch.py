@@ -193,7 +193,9 @@ class OpDef:
     # precision instead of being rounded to the tensor's dtype first: torch's add/sub/mul/div
     # kernels read such an operand at full precision (``half * 1e5`` is inf, not inf * 0 = nan).
     scalar_opmath: tuple = ()
-    method: bool = True
+    # Tensor.<name> exists: True, or "attribute" where the function is also a settable
+    # attribute (real/imag: ``z.real = v``), attached at import instead of on first use
+    method: bool | str = True
     # ``Tensor.<name>_`` exists: True, or the dtype categories (``allow`` letters) it takes
     # where that is fewer (abs_ would write a real result into a complex tensor: torch refuses)
     inplace: bool | str = False

@@ -368,6 +368,13 @@ _JOIN = "not elementwise: joins tensors along a dim"
 _COPY = f"{_NOT_YET} (inside a region a copy is the identity)"
 
 NOT_LOWERED: dict[str, str] = {
+    "clamp_min": _NOT_YET,
+    "clamp_max": _NOT_YET,
+    "addcmul": f"{_NOT_YET} (value=)",
+    "addcdiv": f"{_NOT_YET} (value=)",
+    "lerp": _NOT_YET,
+    "real": "complex dtypes are not lowered",
+    "imag": "complex dtypes are not lowered",
     "floor_divide": f"{_NOT_YET} (floor rounding, integer division by zero)",
     "remainder": f"{_NOT_YET} (the result takes the divisor's sign)",
     "atan2": _NOT_YET,

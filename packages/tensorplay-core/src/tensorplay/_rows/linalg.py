@@ -1,7 +1,9 @@
-"""Linear algebra rows: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer``, ``einsum``, ``linear``."""
+"""Linear algebra rows: ``matmul``, ``mm``, ``bmm``, ``dot``, ``outer`` (and its old name
+``ger``), ``einsum``, ``linear``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -161,7 +163,7 @@ def _outer_shape(input, vec2):
     return input._shape + vec2._shape
 
 
-op(
+_OUTER = op(
     "outer",
     "input, vec2",
     n_inputs=2,
@@ -436,4 +438,13 @@ _LINEAR = op(
     doc="linear(input, weight, bias=None): input @ weight.T + bias (torch.nn.functional."
     "linear); weight is (out_features, in_features) or (in_features,), bias broadcasts to "
     "the result; input, weight and bias have one dtype.",
+)
+
+
+# torch.ger: outer under its old name, the same row (kernel, rules, derivatives and any
+# device kernel set for either name); not "pointwise" (outer's default kind), which it is not
+ROWS.append(
+    dataclasses.replace(
+        _OUTER, name="ger", kind="other", doc="ger(input, vec2): outer's old name (torch.ger)"
+    )
 )

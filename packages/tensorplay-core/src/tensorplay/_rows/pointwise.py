@@ -7,6 +7,7 @@ broadcast tensors/numbers. Derivatives are mostly partials (``pointwise_rule``).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import operator
@@ -14,7 +15,7 @@ import operator
 import numpy as np
 
 from tensorplay import _dtype as D, _meta as M
-from tensorplay._dispatch import OpDef
+from tensorplay._dispatch import OpDef, call, state
 from tensorplay._rows import row_maker
 from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import (
@@ -30,6 +31,7 @@ from tensorplay.autograd._derivatives import (
     sgn,
     where,
 )
+from tensorplay.overrides import handle_tensorplay_function, has_tensorplay_function
 
 ROWS: list[OpDef] = []
 op = row_maker(ROWS)
@@ -89,18 +91,19 @@ def _no_int_zero_division(xp, b, op_name):
 # ---- arithmetic --------------------------------------------------------------------------
 
 
-def _times_alpha(b, alpha):
-    # torch converts alpha to the computation's dtype first: uint8 takes alpha=-1 as 255
-    # (wrapping, as the result does), bool takes any nonzero alpha as True
-    return b * D.scalar_array(alpha, D.from_numpy_dtype(b.dtype))[()]
+def times_scalar(b, value):
+    """``b * value``, ``value`` (add's alpha, addcmul's value) converted to b's dtype first,
+    as torch converts it: uint8 takes -1 as 255 (wrapping, as the result does), bool takes
+    any nonzero value as True, an integer dtype truncates 2.7 to 2."""
+    return b * D.scalar_array(value, D.from_numpy_dtype(b.dtype))[()]
 
 
 def _add(xp, a, b, alpha=1):
-    return xp.add(a, b) if alpha == 1 else a + _times_alpha(b, alpha)
+    return xp.add(a, b) if alpha == 1 else a + times_scalar(b, alpha)
 
 
 def _sub(xp, a, b, alpha=1):
-    return xp.subtract(a, b) if alpha == 1 else a - _times_alpha(b, alpha)
+    return xp.subtract(a, b) if alpha == 1 else a - times_scalar(b, alpha)
 
 
 def _div(xp, a, b, rounding_mode=None):
@@ -581,9 +584,10 @@ def _clamp(xp, a, lo=None, hi=None):
     return a
 
 
-def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
+def _checked_bounds(name, input, min=None, max=None):  # noqa: A002 - torch names
+    """The shape of ``name`` (clamp, clamp_min, clamp_max) of ``input`` between its bounds."""
     if min is None and max is None:
-        raise RuntimeError("clamp(): At least one of 'min' or 'max' must not be None")
+        raise RuntimeError(f"{name}(): At least one of 'min' or 'max' must not be None")
     bounds = [b for b in (min, max) if b is not None]
     if input.dtype is D.bool and all(
         isinstance(b, bool) or (isinstance(b, Tensor) and b.dtype is D.bool) for b in bounds
@@ -591,31 +595,34 @@ def _clamp_shape(input, min=None, max=None):  # noqa: A002 - torch names
         # a bool result: torch has bool kernels for one tensor bound (clamp_min/clamp_max)
         # only, none for a number bound or for both bounds at once
         if any(isinstance(b, bool) for b in bounds):
-            raise RuntimeError("clamp(): a bool tensor takes bool bounds as tensors, not numbers")
+            raise RuntimeError(f"{name}(): a bool tensor takes bool bounds as tensors, not numbers")
         if len(bounds) == 2:
             raise NotImplementedError(
-                "clamp(): a bool tensor takes one bound at a time (torch has no bool kernel "
+                f"{name}(): a bool tensor takes one bound at a time (torch has no bool kernel "
                 "for both); write x.clamp(min=lo).clamp(max=hi)"
             )
-    return M.pointwise_shape("clamp", input, min, max)
+    return M.pointwise_shape(name, input, min, max)
 
 
-def _clamp_partials():
-    # Which of input/min/max the output follows (torch's clamp_backward_min_max): x inside
-    # [min, max] (ends included), min where x < min (unless min > max: then max wins).
-    def d_input(x, lo, hi):
-        inside = (x >= lo) if lo is not None else None
-        if hi is not None:
-            inside = (x <= hi) if inside is None else inside & (x <= hi)
-        return inside
+def _clamp_shape(input, min=None, max=None):  # noqa: A002
+    return _checked_bounds("clamp", input, min, max)
 
-    def d_min(x, lo, hi):
-        return (x < lo) & (lo < hi) if hi is not None else x < lo
 
-    def d_max(x, lo, hi):
-        return (x > hi) | (hi < lo) if lo is not None else x > hi
+# Which of input/min/max the output follows (torch's clamp_backward_min_max): x inside
+# [min, max] (ends included), min where x < min (unless min > max: then max wins).
+def _follows_input(x, lo, hi):
+    inside = (x >= lo) if lo is not None else None
+    if hi is not None:
+        inside = (x <= hi) if inside is None else inside & (x <= hi)
+    return inside
 
-    return pointwise_rule(d_input, d_min, d_max)
+
+def _follows_min(x, lo, hi):
+    return (x < lo) & (lo < hi) if hi is not None else x < lo
+
+
+def _follows_max(x, lo, hi):
+    return (x > hi) | (hi < lo) if lo is not None else x > hi
 
 
 op(
@@ -628,7 +635,7 @@ op(
     scalar_check="ihf",
     out=True,
     inplace=True,
-    **_clamp_partials(),
+    **pointwise_rule(_follows_input, _follows_min, _follows_max),
 )
 
 
@@ -789,3 +796,252 @@ op(
     dtype=M.to_bool,
     promote="same",
 )
+
+
+# ---- one-sided clamps, fused multiply/divide-adds, lerp ----------------------------------
+
+
+def _one_bound(name, rule):
+    """clamp_min/clamp_max: clamp with one bound, which may be a tensor (a bool one too)."""
+    which = name[len("clamp_") :]
+
+    def shape(input, bound):
+        return _checked_bounds(name, input, **{which: bound})
+
+    def kernel(xp, a, bound):
+        return _clamp(xp, a, bound) if which == "min" else _clamp(xp, a, None, bound)
+
+    op(
+        name,
+        f"input, {which}",
+        n_inputs=2,
+        kernel=kernel,
+        shape=shape,
+        allow="bif",
+        scalar_check="ihf",
+        out=True,
+        inplace=True,
+        **rule,
+    )
+
+
+_one_bound(
+    "clamp_min",
+    pointwise_rule(lambda x, lo: _follows_input(x, lo, None), lambda x, lo: x < lo),
+)
+_one_bound(
+    "clamp_max",
+    pointwise_rule(lambda x, hi: _follows_input(x, None, hi), lambda x, hi: x > hi),
+)
+
+
+def _tensors_only(name, **args):
+    # torch takes no number for these arguments (the dispatcher would read one as a scalar)
+    for arg, value in args.items():
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{name}(): argument '{arg}' must be Tensor, not {type(value).__name__}"
+            )
+
+
+_INTEGER_ADDCDIV = (
+    "addcdiv(): integer division with addcdiv is not supported (tensor1 and tensor2 are both "
+    "integer or bool tensors, as in torch); write (input + value * tp.trunc(tensor1 / tensor2))"
+    ".to(input.dtype) for the historic integer result, or convert one of them to a floating "
+    "dtype for a true division"
+)
+
+
+def _addc_shape(name):
+    def shape(input, tensor1, tensor2, *, value=1):
+        _tensors_only(name, input=input, tensor1=tensor1, tensor2=tensor2)
+        if name == "addcdiv" and tensor1.dtype.category <= 1 and tensor2.dtype.category <= 1:
+            raise RuntimeError(_INTEGER_ADDCDIV)
+        return M.pointwise_shape(name, input, tensor1, tensor2)
+
+    return shape
+
+
+def _addc_dtype(name):
+    def dtype(d, params):
+        if name == "addcdiv" and d.category <= 1:
+            raise RuntimeError(_INTEGER_ADDCDIV)
+        compute, out = M.same(d, params)
+        # torch converts value to the computation's type with an overflow check: a float value
+        # truncates into an integer one (value=2.7 is 2), a complex one needs a complex result
+        D.check_fits(name, params.get("value", 1), compute)
+        return compute, out
+
+    return dtype
+
+
+def _addcmul(xp, a, b, c, *, value=1):
+    # torch's order of evaluation: input + value * tensor1 * tensor2
+    return a + (b if value == 1 else times_scalar(b, value)) * c
+
+
+def _addcdiv(xp, a, b, c, *, value=1):
+    return a + (b if value == 1 else times_scalar(b, value)) / c
+
+
+op(
+    "addcmul",
+    "input, tensor1, tensor2, *, value=1",
+    n_inputs=3,
+    kernel=_addcmul,
+    shape=_addc_shape("addcmul"),
+    dtype=_addc_dtype("addcmul"),
+    allow="ifc",
+    out=True,
+    inplace=True,
+    **pointwise_rule(
+        lambda a, b, c, value=1: 1,
+        lambda a, b, c, value=1: c * value,
+        lambda a, b, c, value=1: b * value,
+    ),
+)
+op(
+    "addcdiv",
+    "input, tensor1, tensor2, *, value=1",
+    n_inputs=3,
+    kernel=_addcdiv,
+    shape=_addc_shape("addcdiv"),
+    dtype=_addc_dtype("addcdiv"),
+    allow="bifc",  # integer inputs: the dtype rule gives torch's message
+    out=True,
+    inplace=True,
+    **pointwise_rule(
+        lambda a, b, c, value=1: 1,
+        lambda a, b, c, value=1: value / c,
+        lambda a, b, c, value=1: -value * b / (c * c),
+    ),
+)
+
+
+def _lerp_shape(input, end, weight):
+    _tensors_only("lerp", input=input, end=end)
+    if input.dtype.category <= 1:  # promotion with a float weight would hide it
+        raise NotImplementedError(
+            f"lerp(): not supported for {input.dtype} inputs (as in torch); convert them to a "
+            "floating dtype first"
+        )
+    # torch wants one dtype: end's must be input's, and so must a weight tensor's (a 0-d weight
+    # takes part in promotion like any 0-d operand)
+    others = [("end", end)] + ([("weight", weight)] if isinstance(weight, Tensor) else [])
+    for arg, t in others:
+        if t.dtype is not input.dtype and (arg == "end" or t.dim()):
+            raise RuntimeError(
+                f"lerp(): expected dtype {input.dtype.name} for `{arg}` but got dtype "
+                f"{t.dtype.name}; convert it with .to({input.dtype})"
+            )
+    if not isinstance(weight, Tensor):
+        D.check_fits("lerp", weight, M.same(input.dtype, {})[0])
+    return M.pointwise_shape("lerp", input, end, weight)
+
+
+def _lerp(xp, a, b, w):
+    # torch's formula: from the nearer end, so that weight 1 gives exactly end
+    d = b - a
+    return xp.where(xp.abs(w) < 0.5, a + w * d, b - d * (1 - w))
+
+
+op(
+    "lerp",
+    "input, end, weight",
+    n_inputs=3,
+    kernel=_lerp,
+    shape=_lerp_shape,
+    allow="fc",
+    out=True,
+    inplace=True,
+    **pointwise_rule(lambda a, b, w: 1 - w, lambda a, b, w: w, lambda a, b, w: b - a),
+)
+
+
+# ---- the parts of a complex tensor: real, imag --------------------------------------------
+
+
+class _Part:
+    """``tp.real``/``tp.imag``, which are also the attributes ``z.real``/``z.imag`` (torch has
+    both): a function that is a data descriptor on Tensor, so reading ``z.real`` calls it and
+    ``z.real = v`` writes that part of ``z`` in place (``z.copy_``)."""
+
+    def __init__(self, row: OpDef):
+        self._row = row
+        self.__name__ = self.__qualname__ = row.name
+        self.__doc__ = row.doc
+        self.__module__ = "tensorplay"
+
+    def __call__(self, input):
+        # the protocol, as every public op has it: a handler sees ``func is tp.real``
+        if (type(input) is not Tensor or not state.plain) and has_tensorplay_function((input,)):
+            return handle_tensorplay_function(self, (input,), input)
+        if self._row.name == "real" and isinstance(input, Tensor) and not input.dtype.is_complex:
+            # torch returns the input itself; a view of it is as close as a new tensor gets
+            # (same memory and version counter, and a gradient that flows straight through)
+            return input.view(input._shape)
+        return call(self._row, (input,), {})
+
+    def __repr__(self) -> str:
+        return f"<function tensorplay.{self.__name__} (also the attribute Tensor.{self.__name__})>"
+
+    def __get__(self, obj, cls=None):
+        return self if obj is None else self(obj)
+
+    def __set__(self, obj, value):
+        if not obj.dtype.is_complex:
+            self(obj)  # imag of a real tensor raises
+            obj.copy_(value)
+            return
+        re, im = (value, obj.imag) if self._row.name == "real" else (obj.real, value)
+        obj.copy_(re + im * 1j)
+
+
+@dataclasses.dataclass(eq=False)
+class _PartRow(OpDef):
+    """The row of ``real``/``imag``: its public function is a ``_Part``."""
+
+    @property
+    def fn(self):
+        if self._fn is None:
+            self._fn = _Part(self)
+        return self._fn
+
+
+def _part_dtype(name):
+    def dtype(d, params):
+        if name == "imag" and not d.is_complex:
+            raise RuntimeError(
+                "imag(): imag is not implemented for tensors with non-complex dtypes "
+                f"({d.name} is not supported, as in torch); a real tensor's imaginary part is "
+                "tp.zeros_like(x)"
+            )
+        return M.to_real(d, params)
+
+    return dtype
+
+
+def _part(name, vjp):
+    # NOTE: not views of a complex tensor, as in torch: a view here keeps its base's dtype
+    # (no float32 elements over complex64 memory), so the parts are copies; z.real = v writes
+    ROWS.append(
+        _PartRow(
+            name,
+            "input",
+            # a copy: CuPy keeps a contiguous result as it is (and one element of z.real is
+            # contiguous): the result would share z's memory
+            kernel=lambda xp, a: getattr(xp, name)(a).copy(),
+            shape=_pw_shape(name),
+            dtype=_part_dtype(name),
+            doc=f"{name}(input) -> Tensor: the {name} part of a complex tensor, also the "
+            f"attribute input.{name}"
+            + (" (a view of the input itself for a real one)" if name == "real" else ""),
+            vjp=vjp,
+            jvp=lambda ctx, t: None if t is None else getattr(t, name),
+            method="attribute",
+        )
+    )
+
+
+_part("real", vjp=lambda ctx, grad: (grad,))  # as the complex gradient grad + 0j
+_part("imag", vjp=lambda ctx, grad: (grad * 1j,))  # z = x + iy: the gradient along y

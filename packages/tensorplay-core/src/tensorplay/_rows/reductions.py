@@ -1,6 +1,6 @@
 """Reduction rows (``sum``, ``mean``, ``amax``, ``var``, ``norm``, ``logsumexp``, ``all``,
 ``max(dim)``...), and the dim-wise ops that share their machinery: scans (``cumsum``,
-``cumprod``) and ``softmax`` / ``log_softmax``.
+``cumprod``, ``cummax``/``cummin``) and ``softmax`` / ``log_softmax``.
 
 Shape rules refuse what torch refuses before any kernel runs (meta tensors too); kernels
 reduce over ``_axes``; the derivative formulas follow torch's (``*_backward``) case by case.
@@ -15,9 +15,9 @@ from collections import namedtuple
 import numpy as np
 
 from tensorplay import _dtype as D, _meta as M
-from tensorplay._dispatch import OpDef
+from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import arange
-from tensorplay._rows import row_maker
+from tensorplay._rows import finished_maker, row_maker
 from tensorplay.autograd._derivatives import (
     axes_of,
     cat,
@@ -35,6 +35,7 @@ from tensorplay.autograd.grad_mode import is_grad_enabled
 
 ROWS: list[OpDef] = []
 op = row_maker(ROWS)
+finished = finished_maker(ROWS)
 
 
 # ---- reductions ----------------------------------------------------------------------------
@@ -720,3 +721,86 @@ op(
         None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
     ),
 )
+
+
+# ---- cummax, cummin: running extremes and where they were found -------------------------------
+
+# torch.return_types.cummax / torch.return_types.cummin
+CumMax = namedtuple("cummax", ["values", "indices"])
+CumMin = namedtuple("cummin", ["values", "indices"])
+
+
+def _running_extreme(xp, a, later_wins):
+    """Values and indices of the running extreme along the last axis, torch's rule: position
+    k takes a[k] when a[k] is NaN, or when neither is NaN and ``later_wins(a[k], best)`` (>= for
+    cummax: a tie moves the index to the later element). Pairs of runs combine by that same
+    rule, so the scan is a Hillis-Steele one: log2(n) rounds of elementwise ops, the same code
+    on numpy and CuPy (CuPy has no maximum.accumulate)."""
+    values = a
+    indices = xp.broadcast_to(xp.arange(a.shape[-1]), a.shape)
+    step = 1
+    while step < a.shape[-1]:
+        best, best_at = values[..., :-step], indices[..., :-step]
+        new, new_at = values[..., step:], indices[..., step:]
+        # NaN != NaN: the test holds for every dtype (numpy's isnan has no bfloat16 loop)
+        take = (new != new) | ((best == best) & later_wins(new, best))
+        values = xp.concatenate([values[..., :step], xp.where(take, new, best)], axis=-1)
+        indices = xp.concatenate([indices[..., :step], xp.where(take, new_at, best_at)], axis=-1)
+        step *= 2
+    return values, indices
+
+
+def _cumulative_extreme(name, later_wins):
+    def kernel(xp, a, dim):
+        d = M.wrap_dim(dim, a.ndim, name)
+        if a.ndim == 0:
+            return a.copy(), xp.zeros((), xp.int64)
+        values, indices = _running_extreme(xp, xp.moveaxis(a, d, -1), later_wins)
+        moved = (xp.moveaxis(values, -1, d), xp.moveaxis(indices, -1, d))
+        return tuple(xp.ascontiguousarray(m) for m in moved)
+
+    return kernel
+
+
+def _cumulative_extreme_rule(name):
+    """The gradient of each running extreme goes to the element it was found at (added up
+    over the positions that found it there); its tangent is that element's."""
+
+    def positions(x, dim):  # the indices output, recomputed (autograd keeps the values only)
+        return OPS[name].fn(x.detach(), dim)[1]
+
+    def vjp(ctx, grad):
+        x, dim, g = ctx.inputs[0], ctx.params["dim"], grad[0]
+        if x.dim() == 0:
+            return (g,)
+        return (zeros_like(x, dtype=g.dtype).scatter(dim, positions(x, dim), g, reduce="add"),)
+
+    def jvp(ctx, t):
+        if t is None:
+            return None
+        if ctx.inputs[0].dim() == 0:
+            return (t,)
+        return (t.gather(ctx.params["dim"], ctx.out[1]),)  # forward mode sees every output
+
+    return {"vjp": vjp, "jvp": jvp}
+
+
+for _name, _pair, _later_wins in (
+    ("cummax", CumMax, lambda new, best: new >= best),
+    ("cummin", CumMin, lambda new, best: new <= best),
+):
+    finished(
+        _name,
+        "input, dim",
+        lambda result, _p=_pair, **_: _p(*result),
+        kind="other",
+        kernel=_cumulative_extreme(_name, _later_wins),
+        shape=lambda input, dim, _n=_name: (_same_shape_dim(_n)(input, dim),) * 2,
+        dtype=lambda d, p: (d, (d, D.int64)),
+        multi=True,
+        allow="bif",
+        doc=f"{_name}(input, dim) -> (values, indices): the running "
+        f"{_name[3:]}imum along dim and the index it was found at (the later one on a tie; "
+        "NaN wins and stays)",
+        **_cumulative_extreme_rule(_name),
+    )

@@ -1,6 +1,7 @@
 """Sorting and rearranging rows: ``sort``, ``argsort``, ``topk``, ``tril``/``triu``,
-``repeat``, ``flip``, ``roll``, and the rows whose result shape depends on the values:
-``nonzero``, ``argwhere``, ``unique``.
+``repeat``, ``flip``, ``roll``, ``diag_embed``/``diag``, ``repeat_interleave``, and the rows
+whose result shape depends on the values: ``nonzero``, ``argwhere``, ``unique``,
+``masked_select`` (and ``repeat_interleave`` with a tensor of repeats).
 
 Sorts follow torch: NaN is the largest value (last ascending, first descending) and ties
 keep their input order. Every sort here is stable: ``stable=False`` promises no order among
@@ -8,8 +9,8 @@ ties in torch, so the stable order is one of the valid answers.
 
 torch returns a named ``(values, indices)`` pair from ``sort``/``topk``, a tuple of index
 tensors from ``nonzero(as_tuple=True)`` and the outputs its flags ask for from ``unique``;
-the dispatcher returns a row's tensors. Those rows are ``_Finished``: their public function
-turns the dispatcher's result into torch's return type.
+the dispatcher returns a row's tensors. Those rows are ``Finished`` (``tensorplay._rows``): their
+public function turns the dispatcher's result into torch's return type.
 
 Data-dependent shapes are read on the host (on CUDA after ``host_sync``, which refuses
 inside a CUDA graph capture). A meta tensor has no values: those rows refuse it, as torch
@@ -18,73 +19,28 @@ does, except an empty one, whose result shape needs no values (torch refuses tha
 
 from __future__ import annotations
 
-import dataclasses
 import operator
 from collections import namedtuple
-from collections.abc import Callable
 
 import numpy as np
 
 from tensorplay import _dtype as D, _meta as M
 from tensorplay._device import META
 from tensorplay._device_checks import host_sync
-from tensorplay._dispatch import OPS, OpDef, call
-from tensorplay._factories import zeros
-from tensorplay._rows import row_maker
+from tensorplay._dispatch import OPS, OpDef
+from tensorplay._factories import arange, zeros
+from tensorplay._rows import finished_maker, row_maker
+from tensorplay._rows.indexing import on_host
+from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import same_op_jvp, zeros_like
-from tensorplay.overrides import overridable
 
 ROWS: list[OpDef] = []
 op = row_maker(ROWS)
+finished = finished_maker(ROWS)
 
 # torch.return_types.sort / torch.return_types.topk
 Sort = namedtuple("Sort", ["values", "indices"])
 TopK = namedtuple("TopK", ["values", "indices"])
-
-
-# ---- rows whose public function reshapes the dispatcher's result -----------------------------
-
-
-@dataclasses.dataclass(eq=False)
-class _Finished(OpDef):
-    """A row whose public function returns ``finish(result, **arguments)`` of the dispatcher's
-    ``result``. The function is overridable itself, so a ``__tensorplay_function__`` handler
-    or a function mode sees it (``func is tp.sort``) and its result is returned as it is."""
-
-    finish: Callable | None = None
-
-    @property
-    def fn(self) -> Callable:
-        if self._fn is None:
-            self._fn = _finished_function(self)
-        return self._fn
-
-
-def _finished_function(row: _Finished) -> Callable:
-    """``tp.<name>``: the row's own signature (one tensor input first), generated as the
-    dispatcher generates the others, so argument parsing is Python's."""
-    names = [p.split("=")[0].strip() for p in row.params.split(",")]
-    names = [n for n in names if n not in ("", "*")]
-    params = "{" + ", ".join(f"{n!r}: {n}" for n in names[1:]) + "}"
-    args = ", ".join(f"{n}={n}" for n in names)
-    sig = row.params + (", out=None" if row.out else "")
-    src = (
-        f"def {row.name}({sig}):\n"
-        f"    result = _call(_row, ({names[0]},), {params}, {'out' if row.out else 'None'})\n"
-        f"    return _finish(result, {args})\n"
-    )
-    env = {"_call": call, "_row": row, "_finish": row.finish}
-    exec(compile(src, f"<tensorplay op {row.name}>", "exec"), env)  # noqa: S102 - generated binding
-    fn = env[row.name]
-    fn.__doc__ = row.doc or f"tensorplay.{row.name}({sig})"
-    fn.__module__ = "tensorplay"
-    return overridable(fn)
-
-
-def finished(name, params, finish, **kw) -> _Finished:
-    row = _Finished(name, params, finish=finish, **kw)
-    ROWS.append(row)
-    return row
 
 
 # ---- argument checks (shape rules run them before any kernel, on meta tensors too) -----------
@@ -618,4 +574,266 @@ finished(
     "indices and counts when asked for.",
     vjp=_no_derivative,
     jvp=_no_forward_derivative,
+)
+
+
+# ---- diag_embed, diag ------------------------------------------------------------------------
+
+
+def _diagonal_length(rows: int, cols: int, k: int) -> int:
+    return max(0, min(rows, cols - k) if k >= 0 else min(rows + k, cols))
+
+
+def _embed_dims(input, offset, dim1, dim2):
+    """diag_embed's (offset, dim1, dim2), checked, with the dims wrapped for the result."""
+    k = _as_int("diag_embed", "offset", offset)
+    nd = input.dim() + 1
+    d1, d2 = M.wrap_dim(dim1, nd, "diag_embed"), M.wrap_dim(dim2, nd, "diag_embed")
+    if d1 == d2:
+        raise RuntimeError(
+            f"diag_embed(): diagonal dimensions cannot be identical {dim1}, {dim2}; name two "
+            "different dimensions of the result"
+        )
+    return k, d1, d2
+
+
+def _diag_embed_shape(input, offset=0, dim1=-2, dim2=-1):
+    k, d1, d2 = _embed_dims(input, offset, dim1, dim2)
+    n = input._shape[-1] + abs(k)
+    rest = iter(input._shape[:-1])
+    return tuple(n if i in (d1, d2) else next(rest) for i in range(input.dim() + 1))
+
+
+def _diag_embed(xp, a, offset=0, dim1=-2, dim2=-1):
+    k = operator.index(offset)
+    nd = a.ndim + 1
+    d1, d2 = M.wrap_dim(dim1, nd, "diag_embed"), M.wrap_dim(dim2, nd, "diag_embed")
+    n = a.shape[-1]
+    out = xp.zeros(a.shape[:-1] + (n + abs(k), n + abs(k)), a.dtype)
+    i = xp.arange(n)
+    out[..., i + max(-k, 0), i + max(k, 0)] = a
+    # the (rows, columns) pair moves to (dim1, dim2); the batch dims keep their order
+    return xp.ascontiguousarray(xp.moveaxis(out, (-2, -1), (d1, d2)))
+
+
+op(
+    "diag_embed",
+    "input, offset=0, dim1=-2, dim2=-1",
+    kind="other",
+    kernel=_diag_embed,
+    shape=_diag_embed_shape,
+    vjp=lambda ctx, grad: (
+        grad.diagonal(ctx.params["offset"], ctx.params["dim1"], ctx.params["dim2"]),
+    ),
+    jvp=same_op_jvp("diag_embed"),
+)
+
+
+def _diag_shape(input, diagonal=0):
+    k = _as_int("diag", "diagonal", diagonal)
+    if input.dim() == 1:
+        return (input._shape[0] + abs(k),) * 2
+    if input.dim() == 2:
+        return (_diagonal_length(*input._shape, k),)
+    raise RuntimeError(
+        f"diag(): Supports 1D or 2D tensors. Got {input.dim()}D (diag_embed builds batches of "
+        "diagonal matrices, diagonal reads batches of diagonals)"
+    )
+
+
+def _diag(xp, a, diagonal=0):
+    if a.ndim == 1:
+        return _diag_embed(xp, a, diagonal, 0, 1)
+    return xp.diagonal(a, operator.index(diagonal)).copy()  # xp.diagonal is a (read-only) view
+
+
+def _diag_vjp(ctx, grad):
+    x, k = ctx.inputs[0], ctx.params["diagonal"]
+    if x.dim() == 1:
+        return (grad.diagonal(k),)
+    # the gradient of a matrix's diagonal goes back to the positions it was read from
+    read = arange(x.numel(), device=grad.device).reshape(x.shape).diagonal(k).reshape(-1)
+    flat = zeros(x.numel(), dtype=grad.dtype, device=grad.device)
+    return (flat.scatter(0, read, grad.reshape(-1)).reshape(x.shape),)
+
+
+op(
+    "diag",
+    "input, diagonal=0",
+    kind="other",
+    kernel=_diag,
+    shape=_diag_shape,
+    out=True,
+    vjp=_diag_vjp,
+    jvp=same_op_jvp("diag"),
+)
+
+
+# ---- repeat_interleave -----------------------------------------------------------------------
+
+
+def _check_counts(counts, what="repeats") -> None:
+    if counts.dtype.name not in ("int32", "int64"):
+        raise NotImplementedError(
+            f"repeat_interleave(): {what} must be an int32 or int64 tensor, got {counts.dtype} "
+            f"(as in torch); convert it with {what}.long()"
+        )
+
+
+def _interleave_shape(input, repeats=None, dim=None, *, output_size=None):
+    name = "repeat_interleave"
+    if output_size is not None:
+        output_size = _as_int(name, "output_size", output_size)
+    if repeats is None:  # repeat_interleave(counts): the indices 0, 1, ... repeated
+        _check_counts(input, "the repeats tensor")
+        if input.dim() != 1:
+            raise RuntimeError(
+                f"{name}(): repeat_interleave only accept 1D vector as repeat, got a "
+                f"{input.dim()}-d tensor"
+            )
+        return (output_size,) if output_size is not None else _values_needed(name, input, (0,))
+    if dim is None:
+        n, shape, d = input.numel(), (), 0
+    elif input.dim() == 0:
+        raise _no_dims(name, dim)
+    else:
+        d = M.wrap_dim(dim, input.dim(), name)
+        n, shape = input._shape[d], input._shape
+    if isinstance(repeats, Tensor):
+        _check_counts(repeats)
+        if repeats.dim() > 1:
+            raise RuntimeError(f"{name}(): repeats must be 0-dim or 1-dim tensor")
+        if repeats.numel() not in (1, n):
+            raise RuntimeError(
+                f"{name}(): repeats must have the same size as input along dim, but got "
+                f"repeats.size(0) = {repeats.numel()} and input.size({d}) = {n}"
+            )
+        length = output_size
+    else:
+        r = _as_int(name, "repeats", repeats)
+        if r < 0:
+            raise RuntimeError(f"{name}(): Repeats must be non-negative, got {r}")
+        length = r * n
+        if output_size is not None and output_size != length:
+            raise RuntimeError(
+                f"{name}(): Invalid output_size, expected {length} but got {output_size}"
+            )
+    if length is None:
+        return _values_needed(name, repeats, shape[:d] + (0,) + shape[d + 1 :])
+    return shape[:d] + (length,) + shape[d + 1 :] if shape else (length,)
+
+
+def _interleave(xp, a, repeats=None, dim=None, *, output_size=None):
+    if repeats is None:
+        a, repeats, d = xp.arange(a.shape[0], dtype=a.dtype), a, 0
+    elif dim is None:
+        a, d = a.reshape(-1), 0
+    else:
+        d = M.wrap_dim(dim, a.ndim, "repeat_interleave")
+    if not hasattr(repeats, "shape"):
+        return xp.repeat(a, operator.index(repeats), axis=d)
+    counts = xp.broadcast_to(xp.asarray(repeats).reshape(-1), (a.shape[d],))
+    if xp is np or output_size is None:
+        if xp is not np:
+            host_sync("repeat_interleave() (its shape depends on the repeats)")
+        host = on_host(counts)
+        if bool((host < 0).any()):
+            raise RuntimeError("repeats can not be negative")
+        total = int(host.sum())
+        if output_size is not None and output_size != total:
+            raise RuntimeError(f"output_size={output_size} but the repeats sum to {total}")
+    else:
+        # NOTE: output_size on CUDA spares the synchronisation, unchecked, as in torch
+        total = operator.index(output_size)
+    # the element each output position reads: where its position falls in the running sums
+    idx = xp.searchsorted(xp.cumsum(counts), xp.arange(total), side="right")
+    return xp.take(a, idx, axis=d)
+
+
+def _interleave_vjp(ctx, grad):
+    x, repeats = ctx.inputs
+    dim = ctx.params["dim"]
+    flat = dim is None
+    d = 0 if flat else M.wrap_dim(dim, x.dim(), "repeat_interleave")
+    n = x.numel() if flat else x.shape[d]
+    # each input element's copies send their gradients back to it
+    idx = OPS["repeat_interleave"].fn(
+        arange(n, device=grad.device), repeats, output_size=ctx.params["output_size"]
+    )
+    g = grad.reshape(-1) if flat else grad
+    summed = zeros_like(x, dtype=grad.dtype).reshape(-1 if flat else x.shape)
+    return (summed.index_add(d, idx, g).reshape(x.shape), None)
+
+
+op(
+    "repeat_interleave",
+    "input, repeats=None, dim=None, *, output_size=None",
+    kind="other",
+    n_inputs=2,
+    cast=(0,),
+    kernel=_interleave,
+    shape=_interleave_shape,
+    promote="first",
+    doc="repeat_interleave(input, repeats, dim=None, *, output_size=None): each element "
+    "(or slice along dim) repeated; repeats is an int or a tensor of counts, one per element "
+    "or one for all. Tensor repeats are read on the host (the result's size depends on "
+    "them) unless output_size is given on CUDA. repeat_interleave(counts) gives "
+    "0, 1, 2, ... each repeated counts[i] times.",
+    vjp=_interleave_vjp,
+    jvp=same_op_jvp("repeat_interleave"),
+)
+
+
+# ---- masked_select: a shape that depends on the mask ------------------------------------------
+
+
+def _masked_select_shape(input, mask):
+    if not isinstance(mask, Tensor):
+        raise TypeError(
+            f"masked_select(): argument 'mask' must be Tensor, not {type(mask).__name__}"
+        )
+    if mask.dtype is not D.bool:
+        raise RuntimeError(
+            f"masked_select(): expected BoolTensor for mask, got {mask.dtype}; compare to get "
+            "one (mask != 0)"
+        )
+    shape = M.broadcast_shapes(input._shape, mask._shape, op="masked_select")
+    if 0 in shape:  # nothing to select, whatever the mask holds
+        return (0,)
+    return _values_needed("masked_select", mask, (0,))
+
+
+def _masked_select(xp, a, m):
+    # the mask is read on the host: the result has one element per True
+    if xp is not np:
+        host_sync("masked_select() (its shape depends on the mask)")
+    shape = np.broadcast_shapes(a.shape, m.shape)
+    return xp.broadcast_to(a, shape)[xp.broadcast_to(m, shape)]
+
+
+def _masked_select_vjp(ctx, grad):
+    x, mask = ctx.inputs
+    shape = M.broadcast_shapes(x._shape, mask._shape)
+    # each selected element's gradient goes back where it was read (then summed over the
+    # dimensions x was broadcast along, by autograd)
+    g = zeros(shape, dtype=grad.dtype, device=grad.device)
+    g[mask.expand(*shape)] = grad
+    return g, None
+
+
+op(
+    "masked_select",
+    "input, mask",
+    kind="other",
+    n_inputs=2,
+    cast=(0,),
+    kernel=_masked_select,
+    shape=_masked_select_shape,
+    promote="first",
+    out=True,
+    doc="masked_select(input, mask) -> 1-d Tensor: the elements of input where the bool mask "
+    "(broadcast with it) is True, in order. The mask is read on the host (on CUDA a "
+    "synchronisation): the result's size depends on it.",
+    vjp=_masked_select_vjp,
+    jvp=same_op_jvp("masked_select"),
 )
