@@ -161,3 +161,25 @@ def test_a_custom_op_reaches_the_handler_and_a_library_rule():
     assert not any(k[0] == "dispatch_sub_test::scale" for k in _python_dispatch._rules)
     with pytest.raises(ValueError, match="neither a built-in op"):
         library.register_tensorplay_dispatch("no_such_op", Wrapped, negate)
+
+
+def test_enable_reentrant_dispatch_lets_a_handler_reach_its_own_mode():
+    from tensorplay.overrides import enable_reentrant_dispatch
+
+    seen = []
+
+    class Mode(TensorPlayDispatchMode):
+        def __tensorplay_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func.name)
+            if func.name == "mul":
+                with enable_reentrant_dispatch():
+                    return tp.add(args[0], args[0])  # x * 2 as x + x, seen by this mode
+            return func(*args, **(kwargs or {}))
+
+    x = tp.tensor([1.0, 2.0])
+    with Mode():
+        y = x * 2
+        with enable_reentrant_dispatch():  # outside a handler: nothing changes
+            z = x - 1
+    assert y.tolist() == [2.0, 4.0] and z.tolist() == [0.0, 1.0]
+    assert seen == ["mul", "add", "sub"]

@@ -77,6 +77,7 @@ __all__ = [
     "TensorPlayFunctionMode",
     "disabled_tensorplay_function_impl",
     "get_ignored_functions",
+    "enable_reentrant_dispatch",
     "get_testing_overrides",
     "is_tensor_method_or_property",
     "resolve_name",
@@ -618,6 +619,15 @@ def _get_current_function_mode():
 def _get_current_function_mode_stack() -> list:
     """The active function modes of this thread, outermost first (a copy)."""
     return list(_tls.modes)
+
+
+def enable_reentrant_dispatch():
+    """Context manager: inside a dispatch mode's handler, the calls the handler makes reach
+    that mode again (``tensorplay.utils._python_dispatch.enable_reentrant_dispatch``;
+    PyTorch's ``torch.overrides.enable_reentrant_dispatch``)."""
+    from tensorplay.utils import _python_dispatch  # imports this module: resolved on use
+
+    return _python_dispatch.enable_reentrant_dispatch()
 
 
 def wrap_tensorplay_function(dispatcher: Callable) -> Callable:

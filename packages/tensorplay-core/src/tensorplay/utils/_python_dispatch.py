@@ -16,6 +16,7 @@ The stack is per thread; modes nest, the innermost sees an op first.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable
@@ -34,12 +35,16 @@ __all__ = [
     "_pop_mode",
     "_len_dispatch_stack",
     "_get_current_dispatch_mode",
+    "enable_reentrant_dispatch",
     "register_dispatch_rule",
 ]
 
 
 class _Stack(threading.local):
     modes: tuple = ()
+    # the whole stack while a mode's handler runs (with that mode popped): what
+    # enable_reentrant_dispatch() puts back
+    snapshot: tuple | None = None
 
 
 _stack = _Stack()
@@ -160,8 +165,8 @@ def run(row, targs: tuple, params: dict, out, inplace):
     func = OpHandle(row, inplace is not None)
     if _stack.modes:
         mode = _stack.modes[-1]
-        saved = _stack.modes
-        _stack.modes = saved[:-1]
+        saved, outer_snapshot = _stack.modes, _stack.snapshot
+        _stack.modes, _stack.snapshot = saved[:-1], saved
         try:
             rule = _rules.get((func.name, type(mode))) if _rules else None
             if rule is not None:
@@ -169,7 +174,7 @@ def run(row, targs: tuple, params: dict, out, inplace):
             else:
                 result = mode.__tensorplay_dispatch__(func, types, args, kwargs)
         finally:
-            _stack.modes = saved
+            _stack.modes, _stack.snapshot = saved, outer_snapshot
         if result is not NotImplemented:
             return result
     subclasses = _dispatch_types(values)
@@ -216,6 +221,24 @@ def register_dispatch_rule(op_name: str, owner: type, rule) -> Callable[[], None
             del _rules[key]
 
     return remove
+
+
+@contextlib.contextmanager
+def enable_reentrant_dispatch():
+    """Inside a dispatch mode's handler, make the calls it makes reach that mode again (the
+    handler normally runs with itself popped): PyTorch's ``enable_reentrant_dispatch``.
+    Outside a handler it changes nothing."""
+    snapshot = _stack.snapshot
+    if snapshot is None:
+        yield
+        return
+    # (run() pops the handler's mode without unblocking the fast-path gate: no gate change)
+    saved = _stack.modes
+    _stack.modes = snapshot
+    try:
+        yield
+    finally:
+        _stack.modes = saved
 
 
 def _init_subclass(cls, **kwargs):
