@@ -58,6 +58,7 @@ number) before calling ``dispatch`` here.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sys
@@ -623,11 +624,13 @@ def _get_current_function_mode_stack() -> list:
 
 def enable_reentrant_dispatch():
     """Context manager: inside a dispatch mode's handler, the calls the handler makes reach
-    that mode again (``tensorplay.utils._python_dispatch.enable_reentrant_dispatch``;
-    PyTorch's ``torch.overrides.enable_reentrant_dispatch``)."""
-    from tensorplay.utils import _python_dispatch  # imports this module: resolved on use
+    that mode again (PyTorch's ``torch.overrides.enable_reentrant_dispatch``)."""
+    return _reentrant_dispatch()
 
-    return _python_dispatch.enable_reentrant_dispatch()
+
+# The dispatch-mode layer (tensorplay.utils._python_dispatch, which imports this module)
+# installs its implementation here at import.
+_reentrant_dispatch = contextlib.nullcontext
 
 
 def wrap_tensorplay_function(dispatcher: Callable) -> Callable:

@@ -1,9 +1,15 @@
 """Reverse- and forward-mode automatic differentiation (``tp.autograd``)."""
 
 from tensorplay import _dispatch
-from tensorplay.autograd import _record, _tensor_op, forward_ad, graph, tensor_api
+from tensorplay.autograd import _record, _tensor_op, anomaly_mode, forward_ad, graph, tensor_api
+from tensorplay.autograd.anomaly_mode import detect_anomaly, set_detect_anomaly
 from tensorplay.autograd.engine import backward, grad
-from tensorplay.autograd.function import Function, FunctionCtx, once_differentiable
+from tensorplay.autograd.function import (
+    Function,
+    FunctionCtx,
+    InplaceFunction,
+    once_differentiable,
+)
 from tensorplay.autograd.grad_mode import (
     enable_grad,
     inference_mode,
@@ -24,7 +30,11 @@ __all__ = [
     "forward_ad",
     "Function",
     "FunctionCtx",
+    "InplaceFunction",
     "once_differentiable",
+    "anomaly_mode",
+    "detect_anomaly",
+    "set_detect_anomaly",
     "no_grad",
     "enable_grad",
     "set_grad_enabled",

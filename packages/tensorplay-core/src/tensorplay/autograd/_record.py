@@ -18,7 +18,7 @@ from tensorplay._factories import zeros
 from tensorplay._native import any_requires_grad
 from tensorplay._tensor import Tensor
 from tensorplay._views import as_strided_params
-from tensorplay.autograd import grad_mode
+from tensorplay.autograd import anomaly_mode, grad_mode
 from tensorplay.autograd._derivatives import storage_cells as _cells
 from tensorplay.autograd._formula_reads import local_names
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
@@ -35,6 +35,8 @@ from tensorplay.autograd.graph import (
     input_edges,
     register_view_rebuild,
 )
+
+_anomaly = anomaly_mode.state
 
 
 @functools.cache
@@ -166,6 +168,8 @@ class OpNode(Node):
             saved_in[0] = [SavedTensor(x) for x in targs[0]]
         saved_out = [save(o, self) for o in outputs] if _saves_out(row) else None
         self._saved = (saved_in, saved_out)
+        if _anomaly.enabled:  # (Node.__init__, which checks this for other nodes, is not run)
+            anomaly_mode.record(self)
 
     def name(self) -> str:
         return _backward_name(self.row.name)

@@ -1,7 +1,8 @@
 """The backward pass: a topological order of the graph, then one loop over it.
 
 1. order = nodes reachable from the roots, each before the nodes it feeds from
-   (reverse post-order of a depth-first walk);
+   (reverse post-order of a depth-first walk); for ``autograd.grad`` only the nodes on
+   a path to a gradient it reads (``_prune``, torch's ``exec_info``);
 2. for each node in that order: its output gradients are complete (every consumer
    came earlier), so apply it (the chain rule: output grads -> input grads) and add
    what it returns into the buffers of ``next_functions``.
@@ -9,12 +10,17 @@
 
 from __future__ import annotations
 
+import warnings
+
 from tensorplay import profiler
-from tensorplay._factories import full_like, zeros_like
+from tensorplay._factories import full_like, zeros, zeros_like
 from tensorplay._native import NATIVE
 from tensorplay._tensor import Tensor, empty_tensor
-from tensorplay.autograd import grad_mode
-from tensorplay.autograd.graph import AccumulateGrad, edge_of
+from tensorplay.autograd import anomaly_mode, grad_mode
+from tensorplay.autograd._derivatives import stack
+from tensorplay.autograd.graph import AccumulateGrad, GraphTask, _passes, edge_of
+
+_anomaly = anomaly_mode.state
 
 
 def _topological_order(roots: list) -> list:
@@ -46,17 +52,28 @@ def _add(a, b):
     return a + b
 
 
+def _hook_name(hook) -> str:
+    return getattr(hook, "__name__", type(hook).__name__)
+
+
 def _run_hook(hook, g):
     """``hook(g)``, checked as torch checks it: a hook may replace the gradient, but not
-    with one of another shape, dtype or device (``.grad`` would no longer fit its tensor)."""
+    with one of another shape, dtype or device (``.grad`` would no longer fit its tensor).
+    ``g`` is None for an output of a node that ran without a gradient for it (torch calls
+    the hook then too); such a hook must return None."""
     new = hook(g)
     if new is None:
         return g
-    name = getattr(hook, "__name__", type(hook).__name__)
+    name = _hook_name(hook)
     if not isinstance(new, Tensor):
         raise TypeError(
             f"hook '{name}' returned {type(new).__name__}; a tensor hook must return a "
             "Tensor or None"
+        )
+    if g is None:
+        raise RuntimeError(
+            f"hook '{name}' returned a Tensor for an output that got no gradient: can't "
+            "replace a None gradient with a non-None value"
         )
     if new.dtype is not g.dtype or new.device is not g.device:
         raise RuntimeError(
@@ -71,11 +88,34 @@ def _run_hook(hook, g):
     return new
 
 
+def _node_hook_result(hook, new, old) -> tuple:
+    """What a node's pre- or post-hook returned in place of ``old``, checked as torch checks
+    it: a sequence of the same length that fills no gradient that was None."""
+    name = _hook_name(hook)
+    if not isinstance(new, (tuple, list)):
+        raise TypeError(
+            f"hook '{name}' returned {type(new).__name__}; a node hook returns None or a "
+            f"tuple of {len(old)} gradient(s), one per entry it was given"
+        )
+    if len(new) != len(old):
+        raise RuntimeError(
+            f"hook '{name}' has returned an incorrect number of values (got {len(new)}, "
+            f"but expected {len(old)})"
+        )
+    for i, (o, n) in enumerate(zip(old, new)):
+        if o is None and n is not None:
+            raise RuntimeError(
+                f"hook '{name}' returned a gradient at index {i}, where there was none: "
+                "can't replace a None gradient with a non-None value"
+            )
+    return tuple(new)
+
+
 def _tensor_hooks(node, nr, g):
-    if g is None:
-        return g
     for hook in node._tensor_hooks.get(nr, ()):
         g = _run_hook(hook, g)
+    if g is None:
+        return g
     ref = node._retained.get(nr)
     t = ref() if ref is not None else None
     if t is not None:
@@ -86,10 +126,31 @@ def _tensor_hooks(node, nr, g):
     return g
 
 
+def _arrived(node, grads) -> list:
+    """A node's output gradients after the hooks of its output tensors (and retain_grad)."""
+    return [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
+
+
 def _leaf_hooks(node, g):
     for hook in node.variable.__dict__.get("_hooks", ()):
         g = _run_hook(hook, g)
     return g
+
+
+def _prune(order: list, targets: dict) -> tuple:
+    """For autograd.grad: ``order`` cut down to the nodes that lead to a captured edge
+    (``needed``: they run) and the captured nodes themselves (their gradient is read; they
+    run only when needed too), and ``needed``. As in torch, hooks of tensors off those
+    paths do not fire."""
+    reach = {node for node, _ in targets}  # the captured nodes, then those leading there
+    needed: set = set()
+    for node in reversed(order):  # backwards: a node's children come first
+        for child, _ in node.next_functions:
+            if child in reach:
+                needed.add(node)
+                reach.add(node)
+                break
+    return [n for n in order if n in reach], needed
 
 
 def run(
@@ -102,7 +163,8 @@ def run(
     """Propagate ``root_grads`` from the ``roots`` edges through the graph.
 
     With ``capture`` (a list of edges), gradients arriving at those edges are returned
-    instead of being accumulated into leaves (``autograd.grad``).
+    instead of being accumulated into leaves (``autograd.grad``), and only the nodes that
+    lead to them run.
     """
     buffers: dict = {}
     for (node, nr), g in zip(roots, root_grads):
@@ -116,22 +178,34 @@ def run(
                 targets.setdefault((node, nr), []).append(i)
     captured = [None] * (len(capture) if capture is not None else 0)
     order = topological_order([n for n, _ in roots])
-    state = grad_mode.state
+    needed = None
+    if capture is not None:
+        order, needed = _prune(order, targets)
+    state, passes = grad_mode.state, _passes.stack
     prev, state.enabled = state.enabled, create_graph  # set_grad_enabled, without its object
+    passes.append(order)  # this pass, for graph.current_graph_task (hooks)
     try:
-        if capture is None and NATIVE is not None:
+        if _anomaly.enabled:  # every node watched (_watched), so the Python loop
+            with anomaly_mode.backward_pass():
+                _loop(order, buffers, retain_graph, capture, targets, captured, needed, _watched)
+        elif capture is None and NATIVE is not None:
             # (a recording profiler wants a span per node: each then goes through _step)
             NATIVE.backward_loop(order, buffers, retain_graph, profiler._active is None)
         else:
-            _loop(order, buffers, retain_graph, capture, targets, captured)
+            _loop(order, buffers, retain_graph, capture, targets, captured, needed)
+        if type(passes[-1]) is GraphTask:  # a hook asked for it: it may have callbacks
+            passes[-1].finish()
     finally:
         state.enabled = prev
+        passes.pop()
     return captured if capture is not None else None
 
 
-def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
-    """Apply each node in ``order`` and route what it returns into ``buffers`` (see run).
+def _loop(order, buffers, retain_graph, capture, targets, captured, needed=None, step=None) -> None:
+    """Apply each node in ``order`` through ``step`` (default ``_step``) and route what it
+    returns into ``buffers`` (see run; ``needed``: the nodes a capture runs, from ``_prune``).
     (``tensorplay._C.backward_loop`` is the native twin of the loop without ``capture``.)"""
+    step = step or _step
     seen = None
     if capture is not None:
 
@@ -150,13 +224,15 @@ def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
         else:
             continue  # no gradient reached this node
         if type(node) is AccumulateGrad:
-            if capture is not None:
-                for i in targets.get((node, 0), ()):
-                    captured[i] = _add(captured[i], _leaf_hooks(node, grads[0]))
-                continue
-            _accumulate(node, grads)
+            if seen is not None:
+                seen(node, [_leaf_hooks(node, grads[0])])
+            else:
+                _accumulate(node, grads)
             continue
-        grad_inputs = _step(node, grads, retain_graph, seen)
+        if needed is not None and node not in needed:  # read here; nothing beyond it is
+            seen(node, _arrived(node, grads) if node._tensor_hooks or node._retained else grads)
+            continue
+        grad_inputs = step(node, grads, retain_graph, seen)
         for (child, nr), g in zip(node.next_functions, grad_inputs):
             if child is not None and g is not None:
                 buf = buffers.setdefault(child, [None] * child.n_outputs)
@@ -164,8 +240,12 @@ def _loop(order, buffers, retain_graph, capture, targets, captured) -> None:
 
 
 def _accumulate(node, grads) -> None:
-    """A leaf's AccumulateGrad, after the leaf's hooks."""
-    node.apply([_leaf_hooks(node, grads[0])])
+    """A leaf's AccumulateGrad, after the leaf's hooks (then the node's own, if any)."""
+    grads = [_leaf_hooks(node, grads[0])]
+    if node._prehooks or node._hooks:
+        _step(node, grads, True)
+    else:
+        node.apply(grads)
 
 
 def _step(node, grads, retain_graph: bool, seen=None) -> tuple:
@@ -173,13 +253,13 @@ def _step(node, grads, retain_graph: bool, seen=None) -> tuple:
     ``seen(node, grads)``, autograd.grad's capture) and pre-hooks, ``apply`` (a profiler
     span when one records), its hooks; the node's saved state is freed unless retained."""
     if node._tensor_hooks or node._retained:
-        grads = [_tensor_hooks(node, nr, g) for nr, g in enumerate(grads)]
+        grads = _arrived(node, grads)
     if seen is not None:
         seen(node, grads)
     for hook in node._prehooks:
         new = hook(tuple(grads))
         if new is not None:
-            grads = list(new)
+            grads = list(_node_hook_result(hook, new, grads))
     if profiler._active is None:
         grad_inputs = node.apply(grads)
     else:  # one span per node, named as torch's profiler names them
@@ -189,10 +269,15 @@ def _step(node, grads, retain_graph: bool, seen=None) -> tuple:
     for hook in node._hooks:
         new = hook(tuple(grad_inputs), tuple(grads))
         if new is not None:
-            grad_inputs = tuple(new)
+            grad_inputs = _node_hook_result(hook, new, grad_inputs)
     if not retain_graph:
         node.release()
     return grad_inputs
+
+
+def _watched(node, grads, retain_graph: bool, seen=None) -> tuple:
+    """``_step`` under anomaly detection (see ``anomaly_mode.step``)."""
+    return anomaly_mode.step(node, _step, grads, retain_graph, seen)
 
 
 def _as_list(x) -> list:
@@ -259,21 +344,78 @@ def _root_grads(outputs, grad_outputs, op: str) -> list:
     return result
 
 
-def backward(tensors, grad_tensors=None, retain_graph=None, create_graph=False, inputs=None):
-    """Accumulate d(tensors)/d(leaf) into ``leaf.grad`` for every leaf in the graph."""
+def _inputs(inputs, op: str) -> tuple:
+    """The ``inputs`` of grad/backward as a tuple of tensors: a Tensor, a sequence of tensors
+    or a dict of tensors (its values)."""
+    if isinstance(inputs, Tensor):
+        return (inputs,)
+    if isinstance(inputs, dict):
+        items = tuple(inputs.values())
+    else:
+        try:
+            items = tuple(inputs)
+        except TypeError:
+            raise TypeError(
+                f"{op}(): inputs must be a Tensor, a sequence of tensors or a dict of tensors, "
+                f"got {type(inputs).__name__}"
+            ) from None
+    if not items:
+        raise RuntimeError(f"`inputs` argument to `{op}()` cannot be empty.")
+    for i, t in enumerate(items):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}(): inputs[{i}] must be a Tensor, got {type(t).__name__}")
+        if not t.requires_grad:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (inputs[{i}]) does not require grad; "
+                "call requires_grad_() on it or leave it out of inputs"
+            )
+    return items
+
+
+def backward(
+    tensors,
+    grad_tensors=None,
+    retain_graph=None,
+    create_graph=False,
+    grad_variables=None,
+    inputs=None,
+):
+    """Accumulate the gradient of ``tensors`` into ``.grad`` of the leaves of their graph.
+
+    Args (torch's ``torch.autograd.backward``):
+        tensors: a tensor or sequence of tensors to differentiate.
+        grad_tensors: the gradient of each of ``tensors`` (None: ones, scalars only).
+        retain_graph: keep the graph for another backward (default: ``create_graph``).
+        create_graph: record the backward pass, for higher-order gradients.
+        grad_variables: the old name of ``grad_tensors`` (``FutureWarning``, as torch).
+        inputs: accumulate only into these tensors' ``.grad`` (a Tensor, a sequence or a
+            dict of tensors; non-leaves too); an empty one is a ``RuntimeError``.
+    """
+    if grad_variables is not None:
+        warnings.warn(
+            "`grad_variables` is deprecated. Use `grad_tensors` instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        if grad_tensors is not None:
+            raise RuntimeError(
+                "`grad_tensors` and `grad_variables` (deprecated) arguments both passed to "
+                "`backward()`. Please only use `grad_tensors`."
+            )
+        grad_tensors = grad_variables
     outputs = _as_list(tensors)
+    ins = _inputs(inputs, "backward") if inputs is not None else None
     grads = _root_grads(outputs, grad_tensors, "backward")
     retain = create_graph if retain_graph is None else retain_graph
     roots = [edge_of(t) for t in outputs]
-    if inputs is not None:
-        inputs = _as_list(inputs)
-        captured = run(roots, grads, retain, create_graph, capture=[edge_of(t) for t in inputs])
-        for t, g in zip(inputs, captured):
-            if g is not None:
-                fresh = g.clone() if create_graph else g.detach().clone()  # as AccumulateGrad
-                t.grad = fresh if t.grad is None else t.grad + g
+    if ins is None:
+        run(roots, grads, retain, create_graph)
         return
-    run(roots, grads, retain, create_graph)
+    captured = run(roots, grads, retain, create_graph, capture=[edge_of(t) for t in ins])
+    for t, g in zip(ins, captured):
+        if g is not None and not t.retains_grad:  # (a retained .grad got it already)
+            fresh = g.clone() if create_graph else g.detach().clone()  # as AccumulateGrad
+            t.grad = fresh if t.grad is None else t.grad + g
 
 
 def grad(
@@ -282,37 +424,111 @@ def grad(
     grad_outputs=None,
     retain_graph=None,
     create_graph=False,
+    only_inputs=True,
     allow_unused=None,
+    is_grads_batched=False,
     materialize_grads=False,
 ):
-    """d(outputs)/d(inputs), returned as a tuple (``.grad`` fields are left alone)."""
-    outs, ins = _as_list(outputs), _as_list(inputs)
-    for i, t in enumerate(ins):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"grad(): inputs[{i}] must be a Tensor, got {type(t).__name__}")
-        if not t.requires_grad:
-            raise RuntimeError(
-                f"One of the differentiated Tensors (inputs[{i}]) does not require grad"
-            )
-    grads = _root_grads(outs, grad_outputs, "grad")
+    """d(outputs)/d(inputs), returned (``.grad`` fields are left alone).
+
+    Args (torch's ``torch.autograd.grad``):
+        outputs, inputs: tensors or sequences of tensors; ``inputs`` may be a dict of
+            tensors (the result is then a dict with its keys); it must not be empty.
+        grad_outputs: the gradient of each output (None: ones, scalars only).
+        retain_graph, create_graph: as in ``backward``.
+        only_inputs: ignored; False warns (``FutureWarning``), as in torch.
+        allow_unused: return None for an input the outputs do not depend on (otherwise
+            that is a ``RuntimeError``); default: ``materialize_grads``.
+        is_grads_batched: the first dimension of each grad_output is a batch; the result
+            has it too (row b: the gradients for row b of the grad_outputs). Computed one
+            backward pass per row.
+        materialize_grads: zeros instead of None for unused inputs; with
+            ``allow_unused=False`` it is a ``ValueError``.
+    """
+    if materialize_grads and allow_unused is False:
+        raise ValueError(
+            "Expected allow_unused to be True or not passed when materialize_grads=True, "
+            "but got: allow_unused=False."
+        )
+    if allow_unused is None:
+        allow_unused = materialize_grads
+    if not only_inputs:
+        warnings.warn(
+            "only_inputs argument is deprecated and is ignored now (defaults to True). To "
+            "accumulate gradient for other parts of the graph, please use "
+            "tensorplay.autograd.backward.",
+            FutureWarning,
+            stacklevel=2,
+        )
+    outs, ins = _as_list(outputs), _inputs(inputs, "grad")
     retain = create_graph if retain_graph is None else retain_graph
+    if is_grads_batched:
+        result = _batched_grad(outs, ins, grad_outputs, retain, create_graph, materialize_grads)
+    else:
+        result = _grad(outs, ins, grad_outputs, retain, create_graph, materialize_grads)
+    for i, g in enumerate(result):
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"One of the differentiated Tensors (inputs[{i}]) appears to not have been "
+                "used in the graph. Set allow_unused=True if this is the desired behavior."
+            )
+    return dict(zip(inputs.keys(), result)) if isinstance(inputs, dict) else result
+
+
+def _grad(outs, ins, grad_outputs, retain, create_graph, materialize) -> tuple:
+    grads = _root_grads(outs, grad_outputs, "grad")
     captured = run(
         [edge_of(t) for t in outs], grads, retain, create_graph, capture=[edge_of(t) for t in ins]
     )
     result = []
-    for i, (t, g) in enumerate(zip(ins, captured)):
+    for t, g in zip(ins, captured):
         if g is None:
-            if materialize_grads:
-                g = zeros_like(t)
-            elif not allow_unused:
-                raise RuntimeError(
-                    f"One of the differentiated Tensors (inputs[{i}]) appears to "
-                    "not have been used in the graph. Set allow_unused=True if "
-                    "this is the desired behavior."
-                )
+            if materialize:
+                g = zeros_like(t, requires_grad=create_graph)
         elif not create_graph:
             g = g.detach()
         result.append(g)
+    return tuple(result)
+
+
+def _batched_grad(outs, ins, grad_outputs, retain, create_graph, materialize) -> tuple:
+    """``grad(..., is_grads_batched=True)``: one pass per row of the grad_outputs, stacked
+    (torch vectorizes the passes with vmap; the values are the same)."""
+    gos = _as_list(grad_outputs)
+    if len(gos) != len(outs) or not all(isinstance(g, Tensor) for g in gos):
+        raise RuntimeError(
+            "grad(is_grads_batched=True): grad_outputs must hold one Tensor per output, whose "
+            "first dimension is the batch"
+        )
+    for i, (o, g) in enumerate(zip(outs, gos)):
+        if g.dim() == 0 or g._shape[1:] != o._shape:
+            raise RuntimeError(
+                "If `is_grads_batched=True`, we interpret the first dimension of each "
+                "grad_output as the batch dimension. The sizes of the remaining dimensions "
+                "are expected to match the shape of corresponding output, but a mismatch was "
+                f"detected: grad_output[{i}] has a shape of {list(g._shape)} and output[{i}] "
+                f"has a shape of {list(o._shape)}."
+            )
+    sizes = [g._shape[0] for g in gos]
+    if len(set(sizes)) != 1:
+        raise RuntimeError(
+            f"grad(is_grads_batched=True): the grad_outputs have batch sizes {sizes}; they "
+            "must all have the same first dimension"
+        )
+    n = sizes[0]
+    rows = [
+        _grad(outs, ins, [g[b] for g in gos], retain or b < n - 1, create_graph, materialize)
+        for b in range(n)
+    ]
+    result = []
+    for j, t in enumerate(ins):
+        col = [row[j] for row in rows]
+        if n == 0:
+            result.append(zeros((0, *t._shape), dtype=t.dtype, device=t.device))
+        elif all(g is None for g in col):
+            result.append(None)
+        else:
+            result.append(stack([g if g is not None else zeros_like(t) for g in col]))
     return tuple(result)
 
 

@@ -4,7 +4,9 @@
 grad) installs a ``BackwardCFunction`` node whose ``apply`` calls your ``backward``.
 Both PyTorch styles work: ``forward(ctx, *args)``, or ``forward(*args)`` plus
 ``setup_context(ctx, inputs, output)``. ``jvp`` makes the function work in
-forward mode too.
+forward mode too. (torch's ``NestedIOFunction`` is not here: it is built on the legacy
+non-static protocol, ``Function._do_forward``, which torch itself no longer has, so it
+runs in neither framework.)
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from tensorplay.autograd import forward_ad, grad_mode
 from tensorplay.autograd._record import _FREED, fit_grad
 from tensorplay.autograd.graph import Node, SavedTensor, edge_of, input_edges
 
-__all__ = ["Function", "FunctionCtx", "once_differentiable"]
+__all__ = ["Function", "FunctionCtx", "InplaceFunction", "once_differentiable"]
 
 
 class FunctionCtx:
@@ -81,12 +83,17 @@ class BackwardCFunction(Node):
     gradients made zeros when ``ctx.materialize_grads``) and fits what it returns to the
     inputs (``fit_grad``)."""
 
+    _tensor_args: tuple | None = None  # positions of the tensor inputs, when not all are
+
     def __init__(
         self, backward, ctx, edges: tuple, inputs_meta: list, outputs_meta: list, label: str = ""
     ):
+        if None in inputs_meta:  # edges for the tensor inputs only (torch's next_functions)
+            self._tensor_args = tuple(i for i, m in enumerate(inputs_meta) if m is not None)
+            edges = tuple(edges[i] for i in self._tensor_args)
         super().__init__(edges, n_outputs=len(outputs_meta))
         self.backward, self.ctx, self._label = backward, ctx, label
-        self._inputs_meta = inputs_meta  # per edge: (shape, dtype), None for a non-tensor
+        self._inputs_meta = inputs_meta  # per input: (shape, dtype), None for a non-tensor
         self._outputs_meta = outputs_meta  # per output: (shape, dtype, device) or None
 
     def name(self) -> str:
@@ -106,7 +113,19 @@ class BackwardCFunction(Node):
                 f"function {self.name()} returned an incorrect number of "
                 f"gradients (expected {n}, got {len(grads)})"
             )
-        return self._fit_all(grads[:n])
+        grads = grads[:n]
+        positions = self._tensor_args
+        if positions is None:
+            return self._fit_all(grads)
+        for i, (g, meta) in enumerate(zip(grads, self._inputs_meta)):
+            if meta is None and g is not None:
+                raise RuntimeError(
+                    f"function {self.name()} returned a gradient different than None at "
+                    f"position {i}, but the corresponding forward input was not a Tensor; "
+                    "return None there"
+                )
+        fitted = self._fit_all(grads)
+        return tuple(fitted[i] for i in positions)
 
     def _run(self, grad_outputs):
         """``backward(ctx, *grad_outputs)``, with missing gradients materialized."""
@@ -241,6 +260,15 @@ class Function:
         if forward_ad.needs_forward(args):
             _forward_mode(cls, ctx, args, outputs)
         return outputs[0] if single else tuple(outputs)
+
+
+class InplaceFunction(Function):
+    """A ``Function`` whose ``forward`` writes into an input, kept (as in torch, which
+    keeps it "for backward compatibility") so that code subclassing it runs unchanged:
+    write in place, declare it with ``ctx.mark_dirty(x)`` and return ``x``; the output's
+    history is rebased onto the function's node. Call it as any Function,
+    ``MyFunction.apply(...)``: torch's ``InplaceFunction(inplace=...)`` instance served the
+    legacy non-static style, which neither framework runs."""
 
 
 def _connect(cls, ctx, args, outputs):

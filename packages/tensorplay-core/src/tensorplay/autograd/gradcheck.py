@@ -32,7 +32,13 @@ from tensorplay.autograd import engine, forward_ad
 from tensorplay.autograd.function import BackwardCFunction
 from tensorplay.autograd.graph import edge_of
 
-__all__ = ["gradcheck", "gradgradcheck", "GradcheckError"]
+__all__ = [
+    "gradcheck",
+    "gradgradcheck",
+    "GradcheckError",
+    "get_numerical_jacobian",
+    "get_analytical_jacobian",
+]
 
 
 class GradcheckError(RuntimeError):
@@ -212,9 +218,10 @@ def _one_hot_like(o, k, value):
     return g
 
 
-def _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes):
+def _analytical_columns(output, diff_inputs, part) -> tuple:
     """Jacobians of ``output`` w.r.t. each of ``diff_inputs``, one backward per output
-    element. Returns ``(jacobians, problems)``."""
+    element: ``(jacobians, sizes_ok, types_ok)``, the flags False when a gradient had the
+    wrong shape (its column is left zero) or another dtype than its input."""
     value = 1j if (part == "imag" and output.dtype.is_complex) else 1.0
     n_out = output.numel()
     jac = []
@@ -242,6 +249,13 @@ def _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes):
     for j, inp in enumerate(diff_inputs):
         if not inp.dtype.is_complex and not output.dtype.is_complex:
             jac[j] = jac[j].real
+    return jac, sizes_ok, types_ok
+
+
+def _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes):
+    """``_analytical_columns``' Jacobians; a gradient of the wrong size (or dtype, with
+    ``check_grad_dtypes``) is a ``GradcheckError``."""
+    jac, sizes_ok, types_ok = _analytical_columns(output, diff_inputs, part)
     if not sizes_ok:
         raise GradcheckError("Analytical gradient has incorrect size")
     if not types_ok and check_grad_dtypes:
@@ -249,18 +263,21 @@ def _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes):
     return jac
 
 
+def _reentrant(jac1, jac2, nondet_tol) -> bool:
+    """Did two runs of backward agree within ``nondet_tol``?"""
+    return all(not a.size or np.abs(a - b).max() <= nondet_tol for a, b in zip(jac1, jac2))
+
+
 def _checked_analytical_jacobian(output, diff_inputs, part, nondet_tol, check_grad_dtypes):
     jac1 = _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes)
     jac2 = _analytical_jacobian(output, diff_inputs, part, check_grad_dtypes)
-    for a, b in zip(jac1, jac2):
-        diff = np.abs(a - b).max() if a.size else 0.0
-        if not diff <= nondet_tol:
-            raise GradcheckError(
-                "Backward is not reentrant, i.e., running backward with same input and "
-                "grad_output multiple times gives different values, although analytical "
-                f"gradient matches numerical gradient.The tolerance for nondeterminism was "
-                f"{nondet_tol}."
-            )
+    if not _reentrant(jac1, jac2, nondet_tol):
+        raise GradcheckError(
+            "Backward is not reentrant, i.e., running backward with same input and "
+            "grad_output multiple times gives different values, although analytical "
+            f"gradient matches numerical gradient.The tolerance for nondeterminism was "
+            f"{nondet_tol}."
+        )
     return jac1
 
 
@@ -858,8 +875,105 @@ def gradgradcheck(
     )
 
 
-# ``from tensorplay.autograd import gradcheck`` gives the function, while the docs also
-# name it ``tensorplay.autograd.gradcheck.gradcheck``: let that attribute path work too.
+# ---- the Jacobians on their own (torch keeps these deprecated, and code still calls them) ----
+
+
+def _check_grad_out(name: str, grad_out) -> None:
+    if grad_out != 1.0:  # the argument is kept only for torch's signature
+        raise ValueError(
+            f"Expected grad_out to be 1.0. {name} no longer supports values of grad_out != 1.0."
+        )
+
+
+def _real_output(name: str, out) -> None:
+    if out.dtype.is_complex:
+        raise ValueError(
+            f"Expected output to be non-complex. {name} no longer supports functions that "
+            "return complex outputs."
+        )
+
+
+def get_numerical_jacobian(fn, inputs, target=None, eps=1e-3, grad_out=1.0) -> tuple:
+    """The Jacobian of ``fn``'s first floating-point output by central differences
+    (``torch.autograd.gradcheck.get_numerical_jacobian``).
+
+    Args:
+        fn: called as ``fn(inputs)`` (with the tuple itself, as torch).
+        inputs: a tensor or a tuple of arguments.
+        target: the tensors to differentiate with respect to (default: ``inputs``); only
+            those that require grad count. A target need not be in ``inputs`` (``fn`` may
+            read it another way): its memory is perturbed in place, then restored.
+        eps: the finite-difference step.
+        grad_out: must be 1.0 (kept for torch's signature).
+
+    Returns a tuple with one tensor per target that requires grad, shaped
+    ``(target.numel(), output.numel())``: row ``i`` is the derivative of the output with
+    respect to element ``i`` of the target (flattened). Its dtype is the output's (the
+    target's, for a complex target: the conjugate Wirtinger derivative, as gradcheck).
+
+    Raises ``ValueError`` when ``grad_out`` is not 1.0 or the output is complex.
+
+    Example::
+
+        x = tp.tensor([1.0, 2.0], dtype=tp.float64, requires_grad=True)
+        (jac,) = get_numerical_jacobian(lambda xs: xs[0] ** 2, (x,))   # diag(2x)
+    """
+    _check_grad_out("get_numerical_jacobian", grad_out)
+    inputs = _as_tuple(inputs)
+
+    def func(*xs):
+        return fn(xs)
+
+    outs = [o for o in _as_tuple(func(*inputs)) if isinstance(o, Tensor)]
+    for o in outs:
+        _real_output("get_numerical_jacobian", o)
+    first = next((i for i, o in enumerate(outs) if _is_float_or_complex(o)), None)
+    if first is None:
+        raise ValueError(
+            "get_numerical_jacobian: fn returned no floating-point tensor to differentiate"
+        )
+    result = []
+    for t in _diff_inputs(inputs if target is None else _as_tuple(target)):
+        jac = _numerical_jacobian(func, inputs, t, eps, None)[first]
+        dtype = t.dtype if t.dtype.is_complex else outs[first].dtype
+        result.append(tensor(jac, dtype=dtype, device=outs[first].device))
+    return tuple(result)
+
+
+def get_analytical_jacobian(inputs, output, nondet_tol=0.0, grad_out=1.0) -> tuple:
+    """The Jacobian of ``output`` with respect to the ``inputs`` that require grad, computed
+    by backward one output element at a time
+    (``torch.autograd.gradcheck.get_analytical_jacobian``).
+
+    Args:
+        inputs: a tensor or a tuple of tensors (and other values) ``output`` depends on.
+        output: a real tensor with a graph.
+        nondet_tol: how far two runs of backward may differ and still count as reentrant.
+        grad_out: must be 1.0 (kept for torch's signature).
+
+    Returns ``(jacobians, reentrant, sizes_ok, types_ok)``: one tensor per input that
+    requires grad, shaped ``(input.numel(), output.numel())`` in the input's dtype (column
+    ``k`` is the gradient for output element ``k``); whether two runs agreed within
+    ``nondet_tol``; whether every gradient had its input's shape, and its dtype.
+
+    Raises ``ValueError`` when ``grad_out`` is not 1.0 or ``output`` is complex.
+    """
+    _check_grad_out("get_analytical_jacobian", grad_out)
+    _real_output("get_analytical_jacobian", output)
+    diff_inputs = _diff_inputs(_as_tuple(inputs))
+    jac1, sizes_ok, types_ok = _analytical_columns(output, diff_inputs, "real")
+    jac2, _, _ = _analytical_columns(output, diff_inputs, "real")
+    jacobians = tuple(
+        tensor(j, dtype=inp.dtype, device=inp.device) for j, inp in zip(jac1, diff_inputs)
+    )
+    return jacobians, _reentrant(jac1, jac2, nondet_tol), sizes_ok, types_ok
+
+
+# ``from tensorplay.autograd import gradcheck`` gives the function (as in torch), while the
+# docs also name the module's functions ``tensorplay.autograd.gradcheck.<name>``: let that
+# attribute path work too.
 gradcheck.gradcheck = gradcheck
 gradcheck.gradgradcheck = gradgradcheck
 gradcheck.GradcheckError = GradcheckError
+gradcheck.get_numerical_jacobian = get_numerical_jacobian
+gradcheck.get_analytical_jacobian = get_analytical_jacobian

@@ -3,7 +3,8 @@
 A node turns the gradients of its outputs into gradients of its inputs
 (``apply``); ``next_functions`` are the edges to the nodes that produced those
 inputs, as ``(node, output_nr)`` pairs. Leaves that require grad end in an
-``AccumulateGrad`` node, which adds into ``tensor.grad``.
+``AccumulateGrad`` node, which adds into ``tensor.grad``. ``register_multi_grad_hook``
+watches the gradients of several tensors in one backward pass (``GraphTask``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from types import MappingProxyType
 
 from tensorplay._native import NATIVE
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import grad_mode
+from tensorplay.autograd import anomaly_mode, grad_mode
 
 __all__ = [
     "Node",
@@ -23,25 +24,55 @@ __all__ = [
     "SavedTensor",
     "saved_tensors_hooks",
     "RemovableHandle",
+    "register_multi_grad_hook",
+    "GraphTask",
+    "current_graph_task",
     "edge_of",
     "grad_fn_of",
     "register_view_rebuild",
 ]
 
+_anomaly = anomaly_mode.state
+
 
 class RemovableHandle:
-    """Returned by ``register_hook``; ``remove()`` unregisters the hook."""
+    """Returned by ``register_hook``: ``remove()`` unregisters the hook (again is a no-op);
+    as a context manager, the hook is removed on exit."""
 
     def __init__(self, hooks: list, fn):
         self._hooks, self._fn = hooks, fn
 
     def remove(self) -> None:
-        if self._fn in self._hooks:
-            self._hooks.remove(self._fn)
+        for i, f in enumerate(self._hooks):
+            if f is self._fn:
+                del self._hooks[i]
+                return
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.remove()
+        return False
+
+
+def _check_hook(where: str, fn) -> None:
+    if not callable(fn):
+        raise TypeError(f"{where}: the hook must be callable, got {type(fn).__name__}")
 
 
 class Node:
-    """One step of the backward graph.
+    """One step of the backward graph: the type of every ``tensor.grad_fn``.
+
+    What a user may rely on (as torch's ``torch.autograd.graph.Node``):
+
+    * ``name()``: ``MulBackward0`` for op ``mul``, ``<Function>Backward`` for a custom
+      ``Function``, ``AccumulateGrad`` for a leaf's accumulator;
+    * ``next_functions``: one ``(node, output_nr)`` pair per input, ``(None, 0)`` for an
+      input no gradient flows to, the leaf's ``AccumulateGrad`` for a leaf;
+    * ``metadata``: a dict of your own (anomaly detection keeps ``"traceback_"`` there);
+    * ``register_prehook(fn(grad_outputs))`` and ``register_hook(fn(grad_inputs,
+      grad_outputs))``: may return replacements (a tuple of the same length).
 
     Hook containers are empty class-level defaults until a hook is registered (every op
     of a recorded forward makes a node; almost none ever gets a hook):
@@ -60,6 +91,8 @@ class Node:
     def __init__(self, next_functions: tuple = (), n_outputs: int = 1):
         self.next_functions = next_functions
         self.n_outputs = n_outputs
+        if _anomaly.enabled:
+            anomaly_mode.record(self)
 
     def _own(self, name: str, make: type):
         """This node's own hook container ``name`` (made on first registration)."""
@@ -75,6 +108,11 @@ class Node:
     def __repr__(self) -> str:
         return f"<{self.name()} object at {id(self):#x}>"
 
+    @property
+    def metadata(self) -> dict:
+        """A dict stored on the node, for your own annotations (made on first access)."""
+        return self._own("_metadata", dict)
+
     def apply(self, grad_outputs: list) -> tuple:
         raise NotImplementedError
 
@@ -83,13 +121,17 @@ class Node:
         self._released = True
 
     def register_hook(self, fn) -> RemovableHandle:
-        """``fn(grad_inputs, grad_outputs)`` runs after this node; may return new grad_inputs."""
+        """``fn(grad_inputs, grad_outputs)`` runs after this node (``grad_inputs``: one entry
+        per ``next_functions`` edge); it may return a tuple of new grad_inputs."""
+        _check_hook("Node.register_hook", fn)
         hooks = self._own("_hooks", list)
         hooks.append(fn)
         return RemovableHandle(hooks, fn)
 
     def register_prehook(self, fn) -> RemovableHandle:
-        """``fn(grad_outputs)`` runs before this node; may return new grad_outputs."""
+        """``fn(grad_outputs)`` runs before this node; it may return a tuple of new
+        grad_outputs."""
+        _check_hook("Node.register_prehook", fn)
         hooks = self._own("_prehooks", list)
         hooks.append(fn)
         return RemovableHandle(hooks, fn)
@@ -274,3 +316,179 @@ def disable_saved_tensors_hooks(error_message: str = ""):
         yield
     finally:
         _saved_hooks.stack = prev
+
+
+# ---- the running backward pass, and hooks over several tensors --------------------------------
+
+
+class GraphTask:
+    """One backward pass as hooks see it (``current_graph_task()`` while it runs): which
+    nodes it runs, scratch space for hooks, and callbacks run when it ends. Made only when
+    something asks for it: a pass starts as its bare list of nodes on ``_passes.stack``."""
+
+    __slots__ = ("_order", "_nodes", "_scratch", "_callbacks")
+
+    def __init__(self, order: list):
+        self._order = order  # the nodes the engine will run, in its order
+        self._nodes = None
+        self._scratch = None
+        self._callbacks = None
+
+    def will_execute(self, node) -> bool:
+        """Does this pass run ``node`` (torch's ``_will_engine_execute_node``)? A node that
+        no gradient reaches is skipped all the same."""
+        if self._nodes is None:
+            self._nodes = set(self._order)
+        return node in self._nodes
+
+    def scratch(self) -> dict:
+        """A dict that lives as long as this pass (hooks keep per-pass state there)."""
+        if self._scratch is None:
+            self._scratch = {}
+        return self._scratch
+
+    def queue_callback(self, fn) -> None:
+        """Call ``fn()`` once the pass has run every node (and only if it succeeds)."""
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(fn)
+
+    def finish(self) -> None:
+        """Run the queued callbacks (a callback may queue more)."""
+        callbacks = self._callbacks
+        while callbacks:
+            callbacks.pop(0)()
+
+
+class _Passes(threading.local):
+    def __init__(self):
+        # the passes running on this thread, innermost last: each its list of nodes (what
+        # the engine pushes), replaced by its GraphTask when one is asked for
+        self.stack: list = []
+
+
+_passes = _Passes()
+
+
+def current_graph_task() -> GraphTask | None:
+    """The innermost backward pass running on this thread, or None outside one."""
+    stack = _passes.stack
+    if not stack:
+        return None
+    top = stack[-1]
+    if type(top) is not GraphTask:
+        top = stack[-1] = GraphTask(top)
+    return top
+
+
+class _MultiHandle:
+    """The handle of ``register_multi_grad_hook``: ``remove()`` removes every hook it set."""
+
+    def __init__(self, handles: tuple):
+        self._handles = handles
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+    def __enter__(self) -> _MultiHandle:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        self.remove()
+        return False
+
+
+def register_multi_grad_hook(tensors, fn, *, mode: str = "all") -> _MultiHandle:
+    """Call ``fn`` once per backward pass with the gradients of several tensors.
+
+    Args:
+        tensors: a sequence of tensors.
+        fn: ``mode="all"``: ``fn(grads)``, once every gradient of ``tensors`` that the pass
+            computes has arrived; ``grads`` is a tuple with one entry per tensor, None for
+            a tensor the pass does not reach (not in its graph, or not needed for the
+            ``inputs`` of ``autograd.grad`` / ``backward``). ``mode="any"``: ``fn(grad)``
+            with the first gradient that arrives. What ``fn`` returns is ignored, and it
+            must not modify the gradients.
+        mode: ``"all"`` (default) or ``"any"``.
+
+    Returns a handle whose ``remove()`` unregisters the hook.
+
+    Raises ``ValueError`` for another mode, ``TypeError`` when ``fn`` is not callable or
+    an element is not a Tensor, and (``"all"``) ``RuntimeError`` naming a tensor that does
+    not require grad (``"any"`` skips those, as torch).
+
+    Example::
+
+        a, b = tp.ones(2, requires_grad=True), tp.ones(2, requires_grad=True)
+        register_multi_grad_hook((a, b), lambda grads: print(grads))
+        (a * b).sum().backward()       # prints both gradients, once
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"register_multi_grad_hook: mode must be 'all' or 'any', got {mode!r}")
+    _check_hook("register_multi_grad_hook", fn)
+    if isinstance(tensors, Tensor):
+        raise TypeError(
+            "register_multi_grad_hook: tensors must be a sequence of tensors; wrap "
+            "a single tensor as (t,)"
+        )
+    tensors = tuple(tensors)
+    for i, t in enumerate(tensors):
+        if not isinstance(t, Tensor):
+            raise TypeError(
+                f"register_multi_grad_hook: tensors[{i}] is a {type(t).__name__}, expected a Tensor"
+            )
+    key = object()  # this registration's slot in each pass's scratch
+    if mode == "any":
+
+        def first(grad):
+            scratch = current_graph_task().scratch()
+            if key not in scratch:
+                scratch[key] = True
+                fn(grad)
+
+        return _MultiHandle(tuple(t.register_hook(first) for t in tensors if t.requires_grad))
+
+    for i, t in enumerate(tensors):
+        if not t.requires_grad:
+            raise RuntimeError(
+                f"register_multi_grad_hook: tensors[{i}] does not require grad, so no gradient "
+                "ever reaches it; leave it out (mode='any' skips such tensors)"
+            )
+    # each tensor's node (a leaf's AccumulateGrad), held so that later graphs use the same
+    nodes = [edge_of(t)[0] for t in tensors]
+
+    def hook_for(i: int):
+        def hook(grad):
+            # (a pass runs its hooks on its own thread: no lock)
+            task = current_graph_task()
+            scratch = task.scratch()
+            pending = scratch.get(key)
+            if pending is None:  # the first gradient of this pass: count those to come
+                expected = sum(task.will_execute(n) for n in nodes)
+                pending = scratch[key] = _Pending(expected, len(nodes))
+                # a node the pass runs may still get no gradient (the engine then skips it
+                # and its hooks): the end of the pass is the latest fn runs
+                task.queue_callback(lambda: pending.fire(fn))
+            pending.grads[i] = grad
+            pending.left -= 1
+            if pending.left == 0:
+                pending.fire(fn)
+
+        return hook
+
+    return _MultiHandle(tuple(t.register_hook(hook_for(i)) for i, t in enumerate(tensors)))
+
+
+class _Pending:
+    """The gradients one ``register_multi_grad_hook`` (mode "all") collected in one pass."""
+
+    __slots__ = ("left", "grads", "fired")
+
+    def __init__(self, left: int, n: int):
+        self.left, self.grads, self.fired = left, [None] * n, False
+
+    def fire(self, fn) -> None:
+        if not self.fired:
+            self.fired = True
+            fn(tuple(self.grads))

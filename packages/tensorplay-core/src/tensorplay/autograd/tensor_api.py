@@ -11,7 +11,7 @@ from tensorplay.autograd.graph import RemovableHandle, grad_fn_of
 
 def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
     """Accumulate the gradient of this tensor into ``.grad`` of the leaves of its graph."""
-    engine.backward(self, gradient, retain_graph, create_graph, inputs)
+    engine.backward(self, gradient, retain_graph, create_graph, inputs=inputs)
 
 
 def register_hook(self, hook) -> RemovableHandle:

@@ -21,7 +21,7 @@ import sys
 import threading
 from collections.abc import Callable
 
-from tensorplay import _device, _dispatch
+from tensorplay import _device, _dispatch, overrides
 from tensorplay._device import META
 from tensorplay._dtype import get_default_dtype
 from tensorplay._tensor import Tensor, empty_tensor
@@ -301,4 +301,5 @@ def _flat(values):
             yield v
 
 
+overrides._reentrant_dispatch = enable_reentrant_dispatch  # tp.overrides' public name
 _dispatch.register_dispatch_modes(sys.modules[__name__])  # execute() consults this module
