@@ -296,3 +296,42 @@ def test_overrides_helpers():
         assert O._get_current_function_mode_stack() == [outer, inner]
         assert (tp.ones(2) * 2).tolist() == [2.0, 2.0]  # the base mode runs calls unchanged
     assert O._get_current_function_mode_stack() == []
+
+
+def test_autograd_grad_and_backward_offer_tensor_likes_to_their_handler():
+    seen = []
+
+    class W:
+        def __init__(self, t):
+            self.t = t
+
+        def __tensorplay_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return "handled"
+
+    w = W(tp.ones(2, requires_grad=True))
+    assert tp.autograd.grad(w, w) == "handled"
+    assert tp.autograd.backward([w]) == "handled"
+    assert seen == [tp.autograd.grad, tp.autograd.backward]
+
+    class Names(TensorPlayFunctionMode):
+        def __tensorplay_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x = tp.tensor([1.0, 2.0], requires_grad=True)
+    y = (x * x).sum()
+    with Names():
+        (g,) = tp.autograd.grad(y, x)
+    assert g.tolist() == [2.0, 4.0] and seen[2] == "grad"  # modes see it too, as in torch
+    torch = pytest.importorskip("torch")
+
+    class TW:
+        def __init__(self, t):
+            self.t = t
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return ("handled", func.__name__)
+
+    assert torch.autograd.grad(TW(torch.ones(1)), TW(torch.ones(1))) == ("handled", "grad")

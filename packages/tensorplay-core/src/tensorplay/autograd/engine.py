@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import warnings
 
-from tensorplay import profiler
+from tensorplay import _dispatch, profiler
 from tensorplay._factories import full_like, zeros, zeros_like
 from tensorplay._native import NATIVE
 from tensorplay._tensor import Tensor, empty_tensor
@@ -372,6 +372,26 @@ def _inputs(inputs, op: str) -> tuple:
     return items
 
 
+def _tensor_likes(*args) -> list | None:
+    """The tensors and tensor-likes among ``args`` (each a tensor, a sequence or a dict of
+    them, or None) when an object with ``__tensorplay_function__`` or a function mode should
+    take the call, as ``torch.autograd.grad``/``backward`` offer it; else None."""
+    found = []
+    for a in args:
+        if a is None:
+            continue
+        if isinstance(a, dict):
+            found.extend(a.values())
+        elif isinstance(a, (list, tuple)):
+            found.extend(a)
+        else:
+            found.append(a)
+    plain = _dispatch.state.plain and all(type(x) is Tensor or x is None for x in found)
+    if plain or not _dispatch.overrides_hook.has_tensorplay_function(found):
+        return None
+    return found
+
+
 def backward(
     tensors,
     grad_tensors=None,
@@ -391,6 +411,12 @@ def backward(
         inputs: accumulate only into these tensors' ``.grad`` (a Tensor, a sequence or a
             dict of tensors; non-leaves too); an empty one is a ``RuntimeError``.
     """
+    overloaded = _tensor_likes(tensors, inputs, grad_tensors)
+    if overloaded is not None:
+        return _dispatch.overrides_hook.handle_tensorplay_function(
+            backward, overloaded, tensors, grad_tensors=grad_tensors, retain_graph=retain_graph,
+            create_graph=create_graph, grad_variables=grad_variables, inputs=inputs,
+        )  # fmt: skip
     if grad_variables is not None:
         warnings.warn(
             "`grad_variables` is deprecated. Use `grad_tensors` instead.",
@@ -445,6 +471,14 @@ def grad(
         materialize_grads: zeros instead of None for unused inputs; with
             ``allow_unused=False`` it is a ``ValueError``.
     """
+    overloaded = _tensor_likes(outputs, inputs, grad_outputs)
+    if overloaded is not None:
+        return _dispatch.overrides_hook.handle_tensorplay_function(
+            grad, overloaded, outputs, inputs, grad_outputs=grad_outputs,
+            retain_graph=retain_graph, create_graph=create_graph, only_inputs=only_inputs,
+            allow_unused=allow_unused, is_grads_batched=is_grads_batched,
+            materialize_grads=materialize_grads,
+        )  # fmt: skip
     if materialize_grads and allow_unused is False:
         raise ValueError(
             "Expected allow_unused to be True or not passed when materialize_grads=True, "
