@@ -100,7 +100,9 @@ def _grads(tp_out, torch_out, tp_inputs, torch_inputs, seed=0):
     """Gradients of <out, v> for one random v, in both."""
     torch = _torch()
     v = _values(str(torch_out.dtype).split(".")[-1], tuple(torch_out.shape), seed)
-    got = tp.autograd.grad([tp_out], tp_inputs, [tp.tensor(v)], allow_unused=True)
+    got = tp.autograd.grad(
+        [tp_out], tp_inputs, [tp.tensor(v, device=tp_out.device)], allow_unused=True
+    )
     want = torch.autograd.grad([torch_out], torch_inputs, [torch.from_numpy(v)], allow_unused=True)
     for g, w, x in zip(got, want, tp_inputs):
         g = np.zeros(tuple(x.shape)) if g is None else _np(g)
