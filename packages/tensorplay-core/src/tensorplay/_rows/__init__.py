@@ -75,3 +75,13 @@ def finished_maker(rows: list):
         return row
 
     return finished
+
+
+def values_jvp(ctx, t):
+    """Forward mode of a (values, indices) row whose values are the input's elements at
+    ``indices`` along ``dim`` (sort, topk, cummax, ...): the tangent at the same places."""
+    if t is None:
+        return None
+    if ctx.inputs[0].dim() == 0:
+        return (t,)
+    return (t.gather(ctx.params["dim"], ctx.out[1]),)  # forward mode sees every output

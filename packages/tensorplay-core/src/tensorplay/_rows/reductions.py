@@ -17,7 +17,7 @@ import numpy as np
 from tensorplay import _dtype as D, _meta as M
 from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import arange
-from tensorplay._rows import finished_maker, row_maker
+from tensorplay._rows import finished_maker, row_maker, values_jvp
 from tensorplay.autograd._derivatives import (
     axes_of,
     cat,
@@ -775,14 +775,7 @@ def _cumulative_extreme_rule(name):
             return (g,)
         return (zeros_like(x, dtype=g.dtype).scatter(dim, positions(x, dim), g, reduce="add"),)
 
-    def jvp(ctx, t):
-        if t is None:
-            return None
-        if ctx.inputs[0].dim() == 0:
-            return (t,)
-        return (t.gather(ctx.params["dim"], ctx.out[1]),)  # forward mode sees every output
-
-    return {"vjp": vjp, "jvp": jvp}
+    return {"vjp": vjp, "jvp": values_jvp}
 
 
 for _name, _pair, _later_wins in (

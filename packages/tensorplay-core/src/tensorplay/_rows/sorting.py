@@ -29,7 +29,7 @@ from tensorplay._device import META
 from tensorplay._device_checks import host_sync
 from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import arange, zeros
-from tensorplay._rows import finished_maker, row_maker
+from tensorplay._rows import finished_maker, row_maker, values_jvp
 from tensorplay._rows.indexing import on_host
 from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import same_op_jvp, zeros_like
@@ -202,14 +202,7 @@ def _gathered_rule(positions):
         idx = positions(x, ctx.params)
         return (zeros_like(x, dtype=g.dtype).scatter(ctx.params["dim"], idx, g),)
 
-    def jvp(ctx, t):
-        if t is None:
-            return None
-        if ctx.inputs[0].dim() == 0:
-            return (t,)
-        return (t.gather(ctx.params["dim"], ctx.out[1]),)  # forward mode sees every output
-
-    return {"vjp": vjp, "jvp": jvp}
+    return {"vjp": vjp, "jvp": values_jvp}
 
 
 def _values_and_indices(d, params):
