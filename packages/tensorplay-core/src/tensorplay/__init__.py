@@ -12,7 +12,7 @@ from pkgutil import extend_path
 __path__ = extend_path(__path__, __name__)
 
 # ruff: noqa: E402 - the imports follow the __path__ setup above
-from tensorplay import _dtype, _optable, autograd, cuda, overrides, profiler
+from tensorplay import _dtype, _optable, autograd, cuda, func, overrides, profiler
 from tensorplay._bind import allclose, equal, max, min
 from tensorplay._capture import GraphCaptureError
 from tensorplay._device import device
@@ -48,6 +48,7 @@ from tensorplay._meta import broadcast_shapes
 from tensorplay._storage import UntypedStorage
 from tensorplay._tensor import Size, Tensor
 from tensorplay._version import __version__
+from tensorplay._vmap import vmap
 from tensorplay.amp import autocast, get_autocast_dtype, is_autocast_enabled
 from tensorplay.autograd.grad_mode import (
     enable_grad,

@@ -557,9 +557,21 @@ def initial_seed() -> int:
     return default_generator.initial_seed()
 
 
+# Set by tensorplay._vmap while a vmap runs: ``hook(op, shape, draw)`` applies its
+# ``randomness`` rule (raise, draw once, or draw a batch: ``draw(shape)`` samples).
+random_hook = None
+
+
 def _random(shape, dt, dev, sample, generator, op):
     if not (dt.is_floating_point or dt.is_complex) and op in ("rand", "randn"):
         raise RuntimeError(f"{op}(): expected a floating point dtype, got {dt}")
+    hook = random_hook
+    if hook is not None:
+        return hook(op, shape, lambda s: _draw(s, dt, dev, sample, generator))
+    return _draw(shape, dt, dev, sample, generator)
+
+
+def _draw(shape, dt, dev, sample, generator):
     if dev is META:
         return empty_tensor(shape, dt, META)
     if dev.type == "cuda":
