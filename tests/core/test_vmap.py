@@ -224,3 +224,24 @@ def test_bad_arguments_are_clear_errors():
     with pytest.raises(RuntimeError, match="not batched"):
         tp.vmap(lambda a, b: b.add_(a), in_dims=(0, None))(x, tp.zeros(2))
     assert tp.func.vmap is tp.vmap
+
+
+def test_grad_of_a_vmapped_function_reaches_batched_and_captured_tensors():
+    tp.manual_seed(1)
+    x = tp.randn(5, 3, dtype=tp.float64, requires_grad=True)
+    w = tp.randn(3, 4, dtype=tp.float64, requires_grad=True)
+    y = tp.vmap(lambda v: tp.tanh(v @ w).sum(), in_dims=0)(x)
+    y.sum().backward()
+    xx, ww = x.detach().requires_grad_(), w.detach().requires_grad_()
+    tp.tanh(xx @ ww).sum().backward()
+    assert type(x.grad) is tp.Tensor and type(w.grad) is tp.Tensor  # the batch summed out
+    np.testing.assert_allclose(x.grad.numpy(), xx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(w.grad.numpy(), ww.grad.numpy(), rtol=1e-12)
+    gx, gw = tp.autograd.grad(
+        tp.vmap(lambda v: (v @ w).exp().sum(), in_dims=1)(x.t()).sum(), (x, w)
+    )
+    gx2, gw2 = tp.autograd.grad((xx @ ww).exp().sum(), (xx, ww))
+    np.testing.assert_allclose(gx.numpy(), gx2.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-12)
+    with pytest.raises(RuntimeError, match="backward\\(\\) inside vmap"):
+        tp.vmap(lambda v: (v * w.sum()).sum().backward() or v)(x.detach())

@@ -35,6 +35,9 @@ from typing import Any
 from tensorplay import _factories, _meta
 from tensorplay._dispatch import OPS
 from tensorplay._tensor import Tensor
+from tensorplay.autograd import engine
+from tensorplay.autograd.function import Function
+from tensorplay.autograd.grad_mode import is_grad_enabled
 from tensorplay.utils import _python_dispatch  # noqa: F401 - wrapper subclasses (BatchedTensor)
 
 __all__ = ["vmap", "BatchedTensor", "PerformanceWarning"]
@@ -75,7 +78,8 @@ class BatchedTensor(Tensor):
     def __tensorplay_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         level = max(a.level for a in _flat((args, kwargs)) if isinstance(a, BatchedTensor))
-        size = next(s for lv, s, _ in _state.levels if lv == level)
+        at = next(a for a in _flat((args, kwargs)) if _at(a, level))
+        size = at.elem.shape[0]  # (from the wrapper: a backward pass may run after vmap)
         row = func.row
         if row.name == "as_strided":
             raise RuntimeError(
@@ -364,7 +368,8 @@ def _signature(row):
 def _custom_rule(rule, func, level, size, args, kwargs):
     """A custom op's ``register_vmap`` rule: ``rule(info, in_dims, *args, **kwargs)`` ->
     ``(outputs, out_dims)``, with the batch of each batched argument at dim 0."""
-    info = VmapInfo(size, next(r for lv, _, r in _state.levels if lv == level))
+    randomness = next((r for lv, _, r in _state.levels if lv == level), "error")
+    info = VmapInfo(size, randomness)
     in_dims = tuple(0 if _at(a, level) else None for a in args)
     plain = _map(lambda x: x.elem if _at(x, level) else x, args)
     out, out_dims = rule(info, in_dims, *plain, **kwargs)
@@ -463,9 +468,7 @@ def vmap(
 
 def _run(func, args, kwargs, dims, size, out_dims, randomness):
     level = len(_state.levels) + 1
-    wrapped = _map2(
-        lambda x, d: BatchedTensor(x.movedim(d, 0), level) if d is not None else x, args, dims
-    )
+    wrapped = _map2(lambda x, d: _enter(x, d, level) if d is not None else x, args, dims)
     _state.levels.append((level, size, randomness))
     previous = _factories.random_hook
     _factories.random_hook = _random_hook
@@ -492,10 +495,73 @@ def _unwrap(o, d, level, size):
             )
         return o
     if _at(o, level):
-        return o.elem.movedim(0, _meta.wrap_dim(d, o.dim() + 1, "vmap"))
+        d = _meta.wrap_dim(d, o.dim() + 1, "vmap")
+        if o.requires_grad and is_grad_enabled():
+            return _Leave.apply(o, d)
+        return o.elem.movedim(0, d)
     # the same for every sample (it did not depend on a batched input): expand it
     d = _meta.wrap_dim(d, o.dim() + 1, "vmap")
     return o.unsqueeze(d).expand(*o.shape[:d], size, *o.shape[d:])
+
+
+def _enter(x, d, level):
+    """``x`` with its batch at ``d`` as this level's BatchedTensor; attached to x's graph
+    when x requires grad (so ``grad`` of a vmapped function reaches x)."""
+    e = x.movedim(d, 0)
+    if e.requires_grad and is_grad_enabled():
+        return _Enter.apply(e, level)
+    return BatchedTensor(e, level)
+
+
+class _Enter(Function):
+    """The batch -> its wrapper; backward: the wrapper's gradient -> the batch's."""
+
+    @staticmethod
+    def forward(ctx, e, level):
+        ctx.level, ctx.shape = level, tuple(e.shape)
+        return BatchedTensor(e.detach(), level)
+
+    @staticmethod
+    def backward(ctx, g):
+        if _at(g, ctx.level):
+            return g.elem, None
+        return g.unsqueeze(0).expand(*ctx.shape), None  # the same for every sample
+
+
+class _Leave(Function):
+    """A wrapper -> the batch with its batch at ``d``; backward: the inverse."""
+
+    @staticmethod
+    def forward(ctx, o, d):
+        ctx.level, ctx.d = o.level, d
+        return o.elem.movedim(0, d)
+
+    @staticmethod
+    def backward(ctx, g):
+        return BatchedTensor(g.movedim(ctx.d, 0), ctx.level), None
+
+
+def _reduce_batched(g, target, accumulate: bool):
+    """``g`` (a gradient for ``target``) with the batch of each finished vmap level that
+    ``target`` is not batched at summed out; inside a running vmap ``autograd.grad`` keeps
+    the per-sample gradients, and accumulating them into a shared ``.grad`` is an error."""
+    active = {lv for lv, _, _ in _state.levels}
+    while isinstance(g, BatchedTensor) and not (
+        isinstance(target, BatchedTensor) and target.level >= g.level
+    ):
+        if g.level in active:
+            if accumulate:
+                raise RuntimeError(
+                    "vmap: backward() inside vmap would add every sample's gradient into "
+                    "one .grad; call tp.autograd.grad inside the function (per-sample "
+                    "gradients) or backward() on the result outside vmap"
+                )
+            return g
+        g = g.elem.sum(0)
+    return g
+
+
+engine.reduce_batched = _reduce_batched
 
 
 def _broadcast_dims(dims, values: tuple) -> tuple:

@@ -239,9 +239,19 @@ def _loop(order, buffers, retain_graph, capture, targets, captured, needed=None,
                 buf[nr] = _add(buf[nr], g)
 
 
+# Set by tensorplay._vmap: ``reduce_batched(grad, target, accumulate)`` sums the batch out
+# of a gradient computed inside a vmap that has returned, for a tensor not batched at that
+# level (a tensor captured from outside: the samples' gradients add up). Inside the vmap a
+# gradient stays per sample.
+reduce_batched = None
+
+
 def _accumulate(node, grads) -> None:
     """A leaf's AccumulateGrad, after the leaf's hooks (then the node's own, if any)."""
-    grads = [_leaf_hooks(node, grads[0])]
+    g = grads[0]
+    if reduce_batched is not None and g is not None and type(g) is not Tensor:
+        g = reduce_batched(g, node.variable, True)
+    grads = [_leaf_hooks(node, g)]
     if node._prehooks or node._hooks:
         _step(node, grads, True)
     else:
@@ -516,6 +526,8 @@ def _grad(outs, ins, grad_outputs, retain, create_graph, materialize) -> tuple:
     )
     result = []
     for t, g in zip(ins, captured):
+        if reduce_batched is not None and g is not None and type(g) is not Tensor:
+            g = reduce_batched(g, t, False)
         if g is None:
             if materialize:
                 g = zeros_like(t, requires_grad=create_graph)
