@@ -245,3 +245,29 @@ def test_grad_of_a_vmapped_function_reaches_batched_and_captured_tensors():
     np.testing.assert_allclose(gw.numpy(), gw2.numpy(), rtol=1e-12)
     with pytest.raises(RuntimeError, match="backward\\(\\) inside vmap"):
         tp.vmap(lambda v: (v * w.sum()).sum().backward() or v)(x.detach())
+
+
+def test_jacrev_matches_the_loop_and_torch():
+    tp.manual_seed(2)
+    w = tp.randn(6, 4, dtype=tp.float64)
+
+    def f(x, scale):
+        return tp.tanh(w @ x) * scale
+
+    x = tp.randn(4, dtype=tp.float64)
+    got = tp.func.jacrev(f)(x, 2.0)
+    want = tp.autograd.functional.jacobian(lambda v: f(v, 2.0), x)
+    assert got.shape == (6, 4)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12)
+    m = tp.randn(3, 2, dtype=tp.float64)
+    j = tp.func.jacrev(lambda a: (a * a).sum(0))(m)  # (2,) output, (3, 2) input
+    want2 = np.zeros((2, 3, 2))
+    for o in range(2):  # d/dm[i, k] of sum_i m[i, o]^2 is 2 m[i, o] where k == o
+        want2[o, :, o] = 2 * m.numpy()[:, o]
+    np.testing.assert_allclose(j.numpy(), want2)
+    with pytest.raises(TypeError, match="must be a Tensor"):
+        tp.func.jacrev(f)(3.0, 1.0)
+    torch = pytest.importorskip("torch")
+    tw = torch.from_numpy(w.numpy())
+    tj = torch.func.jacrev(lambda v: torch.tanh(tw @ v) * 2.0)(torch.from_numpy(x.numpy()))
+    np.testing.assert_allclose(got.numpy(), tj.numpy(), rtol=1e-12)

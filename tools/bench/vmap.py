@@ -4,7 +4,9 @@ CPU (torch at one intra-op thread, its faster setting on small machines):
 - a pointwise + matmul function of one sample (tanh(W @ v + 1).sum(), W 64x32) over a
   batch of 64: targets >= 10x faster than the loop and <= 1.0x torch.vmap;
 - per-sample gradients of a 2-layer MLP (32 -> 64 -> 10, tanh, squared error), batch 64:
-  target <= 1.0x torch.func.vmap(grad).
+  target <= 1.0x torch.func.vmap(grad);
+- the Jacobian of tanh(W @ x), R^256 -> R^256: tp.func.jacrev (vmap over the basis) against
+  tp.autograd.functional.jacobian (a loop of backward passes): target >= 10x faster.
 
     python tools/bench/vmap.py [--quick] [--json out.json]
 """
@@ -68,6 +70,23 @@ def per_sample_grads() -> dict:
     return cands
 
 
+def jacobian() -> dict:
+    tp.manual_seed(0)
+    w, x = tp.randn(256, 256, dtype=tp.float64) * 0.1, tp.randn(256, dtype=tp.float64)
+
+    def f(v):
+        return tp.tanh(w @ v)
+
+    cands = {
+        "tp vmap": lambda: tp.func.jacrev(f)(x),
+        "tp loop": lambda: tp.autograd.functional.jacobian(f, x),
+    }
+    if torch is not None:
+        tw, tx = torch.from_numpy(w.numpy()), torch.from_numpy(x.numpy())
+        cands["torch.func"] = lambda: torch.func.jacrev(lambda v: torch.tanh(tw @ v))(tx)
+    return cands
+
+
 def main() -> None:
     args = parse_args(__doc__.splitlines()[0])
     if torch is not None:
@@ -80,6 +99,7 @@ def main() -> None:
         results["per-sample grads, MLP, batch 64"] = compare(
             per_sample_grads(), max(n // 10, 3), reps
         )
+        results["jacobian, R^256 -> R^256"] = compare(jacobian(), max(n // 10, 2), reps)
     rows, targets = [], []
     for name, res in results.items():
         ref = next((k for k in res if k.startswith("torch")), None)
