@@ -639,3 +639,6 @@ def _batch_size(args, dims) -> int:
             "they must all be the same"
         )
     return sizes.pop()
+
+
+engine.vmap_transform = vmap  # grad(is_grads_batched=True) batches its backward with it

@@ -562,6 +562,8 @@ def _batched_grad(outs, ins, grad_outputs, retain, create_graph, materialize) ->
             "must all have the same first dimension"
         )
     n = sizes[0]
+    if vmap_transform is not None and n and not create_graph:
+        return _vmapped_grad(outs, ins, gos, retain, materialize)
     rows = [
         _grad(outs, ins, [g[b] for g in gos], retain or b < n - 1, create_graph, materialize)
         for b in range(n)
@@ -576,6 +578,25 @@ def _batched_grad(outs, ins, grad_outputs, retain, create_graph, materialize) ->
         else:
             result.append(stack([g if g is not None else zeros_like(t) for g in col]))
     return tuple(result)
+
+
+# Set by tensorplay._vmap: ``tp.vmap``, which batches the backward pass of
+# ``grad(..., is_grads_batched=True)`` (one pass over the batch instead of one per row).
+vmap_transform = None
+
+
+def _vmapped_grad(outs, ins, gos, retain, materialize) -> tuple:
+    unused: set = set()
+
+    def one(*row):
+        grads = _grad(outs, ins, list(row), retain, False, False)
+        for j, g in enumerate(grads):
+            if g is None:
+                unused.add(j)  # the graph is the same for every row
+        return tuple(zeros_like(t) if g is None else g for t, g in zip(ins, grads))
+
+    got = vmap_transform(one)(*gos)
+    return tuple(None if j in unused and not materialize else g for j, g in enumerate(got))
 
 
 if NATIVE is not None:
