@@ -303,3 +303,24 @@ def test_gradcheck_check_leaves_tp_autograd_gradcheck_callable(qualname):
     op.register_autograd(lambda ctx, g: g * 2)
     library.opcheck(op, (tp.ones(2),), test_utils="test_gradcheck")
     assert callable(tp.autograd.gradcheck)
+
+
+def test_opcheck_test_vmap_checks_the_rule_against_the_loop():
+    with library._scoped_library("opcheck_vmap", "FRAGMENT") as lib:
+        lib.define("scale(Tensor x, float s) -> Tensor")
+        lib.impl("scale", lambda x, s: x * s)
+        op = tp.ops.opcheck_vmap.scale
+        with pytest.warns(UserWarning, match="no register_vmap rule"):  # reported, not passed
+            assert library.opcheck(op, (tp.randn(3), 2.0), test_utils="test_vmap") == {}
+        library.register_vmap(op, lambda info, in_dims, x, s: (op(x, s), in_dims[0]), lib=lib)
+        assert library.opcheck(op, (tp.randn(3), 2.0), test_utils="test_vmap") == {}
+    with library._scoped_library("opcheck_vmap2", "FRAGMENT") as lib:
+        lib.define("scale(Tensor x, float s) -> Tensor")
+        lib.impl("scale", lambda x, s: x * s)
+        op = tp.ops.opcheck_vmap2.scale
+        # a wrong rule: forgets the scale
+        library.register_vmap(op, lambda info, in_dims, x, s: (x.clone(), in_dims[0]), lib=lib)
+        failures = library.opcheck(
+            op, (tp.randn(3), 2.0), test_utils="test_vmap", raise_exception=False
+        )
+        assert "differs from the op run on each sample" in failures["test_vmap"]

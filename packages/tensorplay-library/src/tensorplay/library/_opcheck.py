@@ -30,7 +30,7 @@ DEFAULT_TESTS = (
     "test_faketensor",
     "test_aot_dispatch_dynamic",
 )
-EXTRA_TESTS = ("test_gradcheck",)
+EXTRA_TESTS = ("test_gradcheck", "test_vmap")
 ALL_TESTS = DEFAULT_TESTS + EXTRA_TESTS
 
 
@@ -417,10 +417,50 @@ def test_gradcheck(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
     gradcheck(fn, inputs, atol=1e-5 if atol is None else atol, rtol=1e-3 if rtol is None else rtol)
 
 
+def test_vmap(op: CustomOpDef, args, kwargs, atol, rtol) -> None:
+    """``tp.vmap`` of the op over a batch of two samples (the sample, and its floating
+    tensors halved) equals the op on each sample: the op's ``register_vmap`` rule against
+    the loop. An op without a rule is reported (vmap runs it as a loop, which is correct
+    but slow): a skip, never a pass."""
+    if op._vmap is None:
+        raise _Skip(
+            "the op has no register_vmap rule: tp.vmap runs it once per sample (correct, "
+            "slow); register one with tensorplay.library.register_vmap"
+        )
+    positions = [i for i, a in enumerate(args) if isinstance(a, Tensor)]
+    if not positions:
+        raise _Skip("no tensor argument to batch")
+    first = _clone(args)
+    second = tuple(
+        a * 0.5 if isinstance(a, Tensor) and a.dtype.is_floating_point else a for a in _clone(args)
+    )
+    batched = [
+        tp.stack([first[i], second[i]]) if i in positions else first[i] for i in range(len(args))
+    ]
+    in_dims = tuple(0 if i in positions else None for i in range(len(args)))
+    with tp.no_grad():
+        got = _outputs(tp.vmap(lambda *a: op(*a, **_clone(kwargs)), in_dims=in_dims)(*batched))
+        want = [_outputs(op(*sample, **_clone(kwargs))) for sample in (first, second)]
+    for k, g in enumerate(got):
+        w = tp.stack([want[0][k], want[1][k]])
+        if g.shape != w.shape:
+            raise OpCheckError(
+                f"{op.name}: vmap rule gave output {k} the shape {tuple(g.shape)} where the "
+                f"loop over the batch gives {tuple(w.shape)}; check the out_dims it returns"
+            )
+        a, r = _tolerances(w, atol, rtol)
+        if not np.allclose(_host(g), _host(w), atol=a, rtol=r, equal_nan=True):
+            raise OpCheckError(
+                f"{op.name}: the vmap rule's output {k} differs from the op run on each "
+                "sample; it must compute what the op computes, batched along in_dims"
+            )
+
+
 _CHECKS = {
     "test_schema": test_schema,
     "test_autograd_registration": test_autograd_registration,
     "test_faketensor": test_faketensor,
     "test_aot_dispatch_dynamic": test_aot_dispatch_dynamic,
     "test_gradcheck": test_gradcheck,
+    "test_vmap": test_vmap,
 }
