@@ -271,3 +271,49 @@ def test_jacrev_matches_the_loop_and_torch():
     tw = torch.from_numpy(w.numpy())
     tj = torch.func.jacrev(lambda v: torch.tanh(tw @ v) * 2.0)(torch.from_numpy(x.numpy()))
     np.testing.assert_allclose(got.numpy(), tj.numpy(), rtol=1e-12)
+
+
+def test_autograd_function_vmap_rules():
+    class Cube(tp.autograd.Function):
+        generate_vmap_rule = True  # its forward batches itself
+
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            (x,) = ctx.saved_tensors
+            return 3 * x * x * g
+
+    x = tp.randn(4, 3, dtype=tp.float64, requires_grad=True)
+    y = tp.vmap(lambda v: Cube.apply(v).sum())(x)
+    np.testing.assert_allclose(y.detach().numpy(), (x.detach().numpy() ** 3).sum(1))
+    y.sum().backward()
+    np.testing.assert_allclose(x.grad.numpy(), 3 * x.detach().numpy() ** 2)
+
+    seen = []
+
+    class Double(tp.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return tp.from_numpy(x.numpy() * 2)  # not batchable by itself
+
+        @staticmethod
+        def vmap(info, in_dims, x):
+            seen.append((info.batch_size, in_dims))
+            return x * 2, in_dims[0]
+
+    z = tp.randn(5, 2, dtype=tp.float64)
+    np.testing.assert_allclose(tp.vmap(Double.apply)(z).numpy(), z.numpy() * 2)
+    assert seen == [(5, (0,))]
+
+    class Neither(tp.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x + 1
+
+    with pytest.raises(RuntimeError, match="generate_vmap_rule = True"):
+        tp.vmap(Neither.apply)(z)
+    assert Neither.apply(z[0]).tolist() == (z[0] + 1).tolist()  # outside vmap: as always

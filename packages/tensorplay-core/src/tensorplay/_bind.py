@@ -242,6 +242,8 @@ def _device_move():
     if not _MOVE:
 
         class ToDevice(Function):
+            generate_vmap_rule = True  # a move of the whole batch is the move of each sample
+
             @staticmethod
             def forward(ctx, t, dt, dev):
                 ctx.back, ctx.to = (t.dtype, t.device), (dt, dev)

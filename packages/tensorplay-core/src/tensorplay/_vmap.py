@@ -35,7 +35,7 @@ from typing import Any
 from tensorplay import _factories, _meta
 from tensorplay._dispatch import OPS
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine
+from tensorplay.autograd import engine, function
 from tensorplay.autograd.function import Function
 from tensorplay.autograd.grad_mode import is_grad_enabled
 from tensorplay.utils import _python_dispatch  # noqa: F401 - wrapper subclasses (BatchedTensor)
@@ -472,11 +472,13 @@ def _run(func, args, kwargs, dims, size, out_dims, randomness):
     _state.levels.append((level, size, randomness))
     previous = _factories.random_hook
     _factories.random_hook = _random_hook
+    function.vmap_hook = _function_rule
     try:
         out = func(*wrapped, **kwargs)
     finally:
         _state.levels.pop()
         _factories.random_hook = previous if _state.levels else None
+        function.vmap_hook = _function_rule if _state.levels else None
     odims = _broadcast_dims(out_dims, (out,))[0]
     return _map2(lambda o, d: _unwrap(o, d, level, size), out, odims)
 
@@ -516,6 +518,8 @@ def _enter(x, d, level):
 class _Enter(Function):
     """The batch -> its wrapper; backward: the wrapper's gradient -> the batch's."""
 
+    generate_vmap_rule = True  # (an outer level's batch passes through)
+
     @staticmethod
     def forward(ctx, e, level):
         ctx.level, ctx.shape = level, tuple(e.shape)
@@ -531,6 +535,8 @@ class _Enter(Function):
 class _Leave(Function):
     """A wrapper -> the batch with its batch at ``d``; backward: the inverse."""
 
+    generate_vmap_rule = True
+
     @staticmethod
     def forward(ctx, o, d):
         ctx.level, ctx.d = o.level, d
@@ -539,6 +545,35 @@ class _Leave(Function):
     @staticmethod
     def backward(ctx, g):
         return BatchedTensor(g.movedim(ctx.d, 0), ctx.level), None
+
+
+def _function_rule(cls, args, kwargs):
+    """``Function.apply`` on batched arguments (``autograd.function.vmap_hook``)."""
+    batched = [a for a in _flat((args, kwargs)) if isinstance(a, BatchedTensor)]
+    if not batched or cls.generate_vmap_rule:
+        return NotImplemented  # plain arguments, or a forward that batches itself
+    if cls.vmap is None:
+        raise RuntimeError(
+            f"vmap: {cls.__name__} is an autograd.Function called on batched tensors; give it "
+            "a vmap staticmethod (vmap(info, in_dims, *args) -> (outputs, out_dims)) or set "
+            "generate_vmap_rule = True if its forward uses only TensorPlay ops"
+        )
+    if is_grad_enabled() and any(a.requires_grad for a in _flat((args, kwargs))
+                                 if isinstance(a, Tensor)):  # fmt: skip
+        raise NotImplementedError(
+            f"vmap: {cls.__name__}.vmap with inputs that require grad is not supported yet; "
+            "set generate_vmap_rule = True (its forward is then batched and differentiated)"
+        )
+    level = max(a.level for a in batched)
+    size = next(a for a in batched if a.level == level).elem.shape[0]
+    randomness = next((r for lv, _, r in _state.levels if lv == level), "error")
+    in_dims = tuple(0 if _at(a, level) else None for a in args)
+    plain = _map(lambda x: x.elem if _at(x, level) else x, args)
+    out, out_dims = cls.vmap(VmapInfo(size, randomness), in_dims, *plain, **kwargs)
+    if isinstance(out, tuple):
+        dims = out_dims if isinstance(out_dims, tuple) else (out_dims,) * len(out)
+        return tuple(_to_level(o, d, level, size) for o, d in zip(out, dims))
+    return _to_level(out, out_dims, level, size)
 
 
 def _reduce_batched(g, target, accumulate: bool):

@@ -232,8 +232,19 @@ class Function:
             f"{type(self).__name__}.apply(...) instead"
         )
 
+    # vmap (PyTorch's rules): a Function called on batched tensors needs either a ``vmap``
+    # staticmethod ``vmap(info, in_dims, *args) -> (outputs, out_dims)`` or
+    # ``generate_vmap_rule = True`` (its forward, made of TensorPlay ops, is batched as is)
+    generate_vmap_rule = False
+    vmap = None
+
     @classmethod
     def apply(cls, *args, **kwargs):
+        hook = vmap_hook
+        if hook is not None:
+            result = hook(cls, args, kwargs)
+            if result is not NotImplemented:
+                return result
         ctx = FunctionCtx()
         if grad_mode.state.enabled:
             ctx.needs_input_grad = tuple([isinstance(a, Tensor) and a.requires_grad for a in args])
@@ -260,6 +271,11 @@ class Function:
         if forward_ad.needs_forward(args):
             _forward_mode(cls, ctx, args, outputs)
         return outputs[0] if single else tuple(outputs)
+
+
+# Set by tensorplay._vmap while a vmap runs: ``hook(cls, args, kwargs)`` applies the
+# Function's vmap rule to batched arguments (``NotImplemented``: run ``apply`` as usual).
+vmap_hook = None
 
 
 class InplaceFunction(Function):
