@@ -60,8 +60,8 @@ def opcheck(
         args, kwargs: a sample call (tensors are cloned for every check).
         test_utils: the checks, in order (default: ``test_schema``,
             ``test_autograd_registration``, ``test_faketensor``,
-            ``test_aot_dispatch_dynamic``); ``"all"`` adds ``test_gradcheck``; a str
-            selects one check.
+            ``test_aot_dispatch_dynamic``); ``"all"`` adds ``test_gradcheck`` and
+            ``test_vmap``; a str selects one check.
         raise_exception: raise ``RuntimeError`` on any failure (else just return them).
         atol, rtol: tolerances for comparing outputs (default: by dtype).
         devices: None (the arguments' own device), ``"all"`` (every device with a kernel)
