@@ -82,9 +82,14 @@ def _op_cases(n: int) -> dict:
     host = rng.standard_normal(n).astype("float32")
     idx_host = rng.integers(0, n, n)
     lib: dict = {}
+    rows = (-1, min(n, 16))  # log_softmax and sum(0) over rows of 16 (a classifier's logits)
     a, b = tp.tensor(host, device="cuda"), tp.tensor(host[::-1].copy(), device="cuda")
     i = tp.tensor(idx_host, device="cuda")
+    upd = tp.tensor(host, device="cuda")
     lib["tp"] = {
+        "log_softmax": lambda: a.reshape(rows).log_softmax(1),
+        "sum(0)": lambda: a.reshape(rows).sum(0),
+        "sub_ in place": lambda: upd.sub_(b),
         "add": lambda: a + b,
         "mul scalar": lambda: a * 2.0,
         "relu": lambda: tp.relu(a),
@@ -99,7 +104,11 @@ def _op_cases(n: int) -> dict:
     if torch is not None:
         ta, tb = torch.tensor(host, device="cuda"), torch.tensor(host[::-1].copy(), device="cuda")
         ti = torch.tensor(idx_host, device="cuda")
+        tupd = torch.tensor(host, device="cuda")
         lib["torch"] = {
+            "log_softmax": lambda: ta.reshape(rows).log_softmax(1),
+            "sum(0)": lambda: ta.reshape(rows).sum(0),
+            "sub_ in place": lambda: tupd.sub_(tb),
             "add": lambda: ta + tb,
             "mul scalar": lambda: ta * 2.0,
             "relu": lambda: torch.relu(ta),
@@ -113,7 +122,17 @@ def _op_cases(n: int) -> dict:
         }
     if cp is not None:
         ca, cb, ci = cp.asarray(host), cp.asarray(host[::-1].copy()), cp.asarray(idx_host)
+        cupd = cp.asarray(host)
+
+        def c_log_softmax():
+            x = ca.reshape(rows)
+            shifted = x - x.max(axis=1, keepdims=True)
+            return shifted - cp.log(cp.exp(shifted).sum(axis=1, keepdims=True))
+
         lib["cupy"] = {
+            "log_softmax": c_log_softmax,
+            "sum(0)": lambda: ca.reshape(rows).sum(0),
+            "sub_ in place": lambda: cp.subtract(cupd, cb, out=cupd),
             "add": lambda: ca + cb,
             "mul scalar": lambda: ca * 2.0,
             "relu": lambda: cp.maximum(ca, 0),

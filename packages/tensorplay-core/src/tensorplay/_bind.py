@@ -33,6 +33,8 @@ _REFLECTED = {
     "__ror__",
     "__rxor__",
 }
+# reflected operators of commutative ops (same value and dtype either way round)
+_COMMUTATIVE = frozenset({"__radd__", "__rmul__", "__rand__", "__ror__", "__rxor__"})
 
 
 def _operator(row, dunder):
@@ -57,6 +59,15 @@ def _operator(row, dunder):
                 # inf * 0 there, silently
                 with np.errstate(invalid="ignore"):
                     return mul(reciprocal(self), other)
+            if not isinstance(other, Tensor):
+                return _foreign(fn, other, self)
+            return fn(other, self)
+    elif dunder in _COMMUTATIVE:
+        # torch's __radd__/__rmul__/... call the op with self first (``2 * x`` is
+        # ``x.mul(2)``), which is also the fast path's order
+        def op(self, other):
+            if isinstance(other, _NUMBER):
+                return fn(self, other)
             if not isinstance(other, Tensor):
                 return _foreign(fn, other, self)
             return fn(other, self)

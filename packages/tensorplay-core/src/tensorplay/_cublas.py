@@ -182,9 +182,21 @@ def matmul(a, b):
     if m == 0 or n == 0 or k == 0 or batch == 0:
         return cp.zeros(shape, dtype=dt)
     la = _layout(a.shape[-2:], a.strides[-2:], a.itemsize)
+    if la is None:
+        # an expanded gradient (stride 0, from sum's backward) or another layout cuBLAS
+        # cannot read: one copy kernel, then cuBLAS, costs less than CuPy's matmul, which
+        # makes the same copy
+        a = cp.ascontiguousarray(a)
+        la = _layout(a.shape[-2:], a.strides[-2:], a.itemsize)
     lb = _layout(b.shape[-2:], b.strides[-2:], b.itemsize)
+    if lb is None:
+        b = cp.ascontiguousarray(b)
+        lb = _layout(b.shape[-2:], b.strides[-2:], b.itemsize)
     if la is None or lb is None:
         return None
+    if batched:  # a copy has batch strides of its own
+        sa = 0 if a.shape[0] == 1 else a.strides[0] // a.itemsize
+        sb = 0 if b.shape[0] == 1 else b.strides[0] // b.itemsize
     out = cp.empty(shape, dtype=dt)
     dev = out.data.device_id
     entry = _handle(lib, cp, dev)

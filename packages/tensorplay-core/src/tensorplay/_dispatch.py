@@ -94,6 +94,9 @@ class _NoAutograd:
 
     needs_forward = needs_grad
 
+    class grad_state:  # noqa: N801 - stands for grad_mode.state: grad mode is on
+        enabled = True
+
 
 autograd_hooks = _NoAutograd  # tensorplay.autograd._record, via register_autograd
 
@@ -940,11 +943,12 @@ _UNARY_FAST = """
 # general path then raises the explained error.
 _INPLACE_FAST = """
     if (type(self) is _T and _st.plain{defaults} and self.device is _cpu and self._base is None
-            and self._stride is None and not self.requires_grad
+            and self._stride is None and (not self.requires_grad or not _gm.enabled)
             and _fast.get(self.dtype) is self.dtype):
         o = {b}
         if type(o) is _T:
-            ok = o.device is _cpu and o.dtype is self.dtype and not o.requires_grad
+            ok = (o.device is _cpu and o.dtype is self.dtype
+                  and (not o.requires_grad or not _gm.enabled))
             o = o._data if ok else None
         elif not (
             (type(o) is float or type(o) is int)
@@ -961,6 +965,35 @@ _INPLACE_FAST = """
             else:
                 self._storage._version += 1
                 return self
+"""
+
+# The same on CUDA (an optimizer's ``p -= lr * p.grad``): the number is taken in self's dtype
+# first, as the general path does, so CuPy computes in that dtype; operands of another
+# shape take the general path, which explains a shape that does not broadcast.
+_INPLACE_FAST_CUDA = """
+    if (type(self) is _T and _st.plain{defaults} and self.device.type == "cuda"
+            and not _row.device_kernels and self._base is None and self._stride is None
+            and (not self.requires_grad or not _gm.enabled)
+            and _fast.get(self.dtype) is self.dtype):
+        d = self._data
+        o = {b}
+        if type(o) is _T:
+            ok = (o.device is self.device and o.dtype is self.dtype and o._shape == self._shape
+                  and (not o.requires_grad or not _gm.enabled))
+            o = o._data if ok else None
+        elif (
+            (type(o) is float or type(o) is int)
+            and self.dtype.is_floating_point
+            and -_LIMIT < o < _LIMIT
+        ):
+            o = d.dtype.type(o)
+        else:
+            o = None
+        if o is not None:
+            if _cuda_expr(_row, (d, o), self.dtype, d) is None:
+                _cuda_ufunc(d, o, out=d)
+            self._storage._version += 1
+            return self
 """
 
 # Full reductions (``loss.sum()``, ``x.mean()``, the last forward op before every
@@ -1078,7 +1111,23 @@ def _base_env(row: OpDef) -> dict:
         "_fast": row.fast,
         "_uf": getattr(np, row.ufunc) if row.ufunc else None,
         "_LIMIT": _LIMIT,
+        "_gm": autograd_hooks.grad_state,  # grad_mode.state
     }
+
+
+class _LazyCupyUfunc:
+    """CuPy's ufunc ``name``, looked up on the first call (CuPy is imported only when a CUDA
+    tensor exists)."""
+
+    __slots__ = ("name", "fn")
+
+    def __init__(self, name: str):
+        self.name, self.fn = name, None
+
+    def __call__(self, *args, **kwargs):
+        if self.fn is None:
+            self.fn = getattr(_device.cupy_or_raise(), self.name)
+        return self.fn(*args, **kwargs)
 
 
 def _default_checks(row: OpDef, defaults: dict, rest: list) -> str:
@@ -1160,9 +1209,9 @@ def _generate_inplace(row: OpDef) -> Callable:
     body = ""
     if row.fast and row.n_inputs == 2:
         extra = _default_checks(row, defaults, rest)
-        body = _INPLACE_FAST.format(defaults=extra, b=inputs[1])
+        body = (_INPLACE_FAST + _INPLACE_FAST_CUDA).format(defaults=extra, b=inputs[1])
     src = f"def {row.name}_({sig}):\n{body}    return _call(_row, {targs}, {kw}, None, self)\n"
-    env = _base_env(row)
+    env = {**_base_env(row), "_cuda_expr": _cuda_expr, "_cuda_ufunc": _LazyCupyUfunc(row.ufunc)}
     exec(compile(src, f"<tensorplay op {row.name}_>", "exec"), env)  # noqa: S102
     fn = env[row.name + "_"]
     fn.__qualname__ = "Tensor." + row.name + "_"

@@ -14,7 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
-from tensorplay import _dtype as D, _meta as M
+from tensorplay import _cuda_reduce, _dtype as D, _meta as M
 from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import arange
 from tensorplay._rows import finished_maker, row_maker, values_jvp
@@ -137,7 +137,12 @@ def reduction(
 
 
 def _sum(xp, a, dim=None, keepdim=False, dtype=None):
-    return xp.sum(a, axis=_axes(a, dim, "sum"), keepdims=keepdim)
+    axes = _axes(a, dim, "sum")
+    if xp is not np:
+        r = _cuda_reduce.sum(a, axes, keepdim)
+        if r is not None:
+            return r
+    return xp.sum(a, axis=axes, keepdims=keepdim)
 
 
 def _count(a, axes) -> int:
@@ -147,6 +152,10 @@ def _count(a, axes) -> int:
 def _mean(xp, a, dim=None, keepdim=False, dtype=None):
     # sum / count: the mean of nothing is nan, silently, as in torch (xp.mean warns)
     axes = _axes(a, dim, "mean")
+    if xp is not np:
+        r = _cuda_reduce.sum(a, axes, keepdim, mean=True)
+        if r is not None:
+            return r
     return xp.sum(a, axis=axes, keepdims=keepdim) / _count(a, axes)
 
 
@@ -677,6 +686,10 @@ def _softmax(xp, a, dim, dtype=None):
     d = M.wrap_dim(dim, a.ndim, "softmax")
     if a.ndim == 0:  # exp(a - a): nan for inf and nan, as torch
         return xp.exp(a - a)
+    if xp is not np and a.size:
+        r = _cuda_reduce.softmax(a, d, log=False)
+        if r is not None:
+            return r
     e = xp.exp(a - xp.amax(a, axis=d, keepdims=True)) if a.size else a
     return e / xp.sum(e, axis=d, keepdims=True) if a.size else a
 
@@ -692,6 +705,10 @@ def _log_softmax(xp, a, dim, dtype=None):
         return a - a
     if not a.size:
         return a
+    if xp is not np:
+        r = _cuda_reduce.softmax(a, d, log=True)
+        if r is not None:
+            return r
     # torch's kernel: shifted - log(sum(exp(shifted))) with shifted = a - max, so an inf
     # maximum makes the whole slice nan (logsumexp's inf rule does not apply here)
     with np.errstate(invalid="ignore", divide="ignore"):

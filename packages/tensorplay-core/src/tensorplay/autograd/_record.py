@@ -284,6 +284,11 @@ _FREED = (
 # ---- what the dispatcher calls -----------------------------------------------------------------
 
 
+# grad mode's thread-local state, for the dispatcher's generated fast paths (which must not
+# import autograd)
+grad_state = grad_mode.state
+
+
 def needs_grad(items) -> bool:
     """Is grad mode on and does any input require grad? (Checked on every general call;
     ``items`` is a list or tuple, whose list/tuple items count too.)"""

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 
 from tensorplay import _dispatch, profiler
@@ -249,13 +250,19 @@ reduce_batched = None
 def _accumulate(node, grads) -> None:
     """A leaf's AccumulateGrad, after the leaf's hooks (then the node's own, if any)."""
     g = grads[0]
+    grads[0] = None  # the engine's buffer, read once: the references left to g are ours
     if reduce_batched is not None and g is not None and type(g) is not Tensor:
         g = reduce_batched(g, node.variable, True)
-    grads = [_leaf_hooks(node, g)]
+    g = _leaf_hooks(node, g)
     if node._prehooks or node._hooks:
-        _step(node, grads, True)
+        _step(node, [g], True)
+    elif g is not None and sys.getrefcount(g) == 2:
+        # only this frame holds g (and getrefcount's argument): no other buffer, hook or
+        # caller sees it, so the leaf may keep it without the copy, as torch's
+        # AccumulateGrad steals a gradient nobody else references
+        node.accumulate_owned(g)
     else:
-        node.apply(grads)
+        node.apply([g])
 
 
 def _step(node, grads, retain_graph: bool, seen=None) -> tuple:

@@ -15,7 +15,7 @@ import weakref
 from types import MappingProxyType
 
 from tensorplay._native import NATIVE
-from tensorplay._tensor import Tensor
+from tensorplay._tensor import Tensor, contiguous_strides
 from tensorplay.autograd import anomaly_mode, grad_mode
 
 __all__ = [
@@ -159,6 +159,28 @@ class AccumulateGrad(Node):
         else:
             leaf.grad.add_(g)
         return ()
+
+    def accumulate_owned(self, g) -> None:
+        """``apply((g,))`` for a gradient the caller owns outright (no other reference):
+        the leaf's first ``.grad`` is ``g`` itself when nothing could tell the difference
+        from the copy, a plain contiguous tensor of the leaf's dtype and device that is
+        not a view and carries no history."""
+        leaf = self.variable
+        if (
+            leaf.grad is None
+            and not grad_mode.state.enabled
+            and type(g) is Tensor
+            and g._base is None
+            and not g._offset
+            and g.grad_fn is None
+            and not g.requires_grad
+            and g.dtype is leaf.dtype
+            and g.device == leaf.device
+            and (g._stride is None or g._stride == contiguous_strides(g._shape))
+        ):
+            leaf.grad = g
+            return
+        self.apply((g,))
 
 
 def accumulator(leaf) -> AccumulateGrad:

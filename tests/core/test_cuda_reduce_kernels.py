@@ -1,0 +1,138 @@
+"""The one-kernel CUDA reductions (``_cuda_reduce``): ``sum``/``mean`` over trailing axes
+(rows), leading axes (columns) and small whole arrays, and ``softmax``/``log_softmax`` over
+the last axis, against numpy in float64 (to rounding: the summation order is the kernel's
+own) and with torch's NaN and inf rules; layouts they do not cover keep CuPy's kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorplay as tp
+from tensorplay import _cuda_reduce
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """The kinds ``_cuda_reduce`` ran (None results are not counted)."""
+    if not tp.cuda.is_available():
+        pytest.skip(f"CUDA not available: {tp.cuda.unavailable_reason()}")
+    seen = []
+    real_sum, real_softmax = _cuda_reduce.sum, _cuda_reduce.softmax
+
+    def summed(a, axes, keepdims, mean=False):
+        r = real_sum(a, axes, keepdims, mean)
+        if r is not None:
+            seen.append("mean" if mean else "sum")
+        return r
+
+    def soft(a, dim, log):
+        r = real_softmax(a, dim, log)
+        if r is not None:
+            seen.append("log_softmax" if log else "softmax")
+        return r
+
+    monkeypatch.setattr(_cuda_reduce, "sum", summed)
+    monkeypatch.setattr(_cuda_reduce, "softmax", soft)
+    return seen
+
+
+def _tol(dtype):
+    return {"rtol": 1e-5, "atol": 1e-5} if dtype is tp.float32 else {"rtol": 1e-12, "atol": 1e-12}
+
+
+CASES = [  # (shape, dim): rows, columns, whole
+    ((7,), None),
+    ((3, 5), 1),
+    ((3, 5), -1),
+    ((256, 10), 1),
+    ((256, 1024), 0),
+    ((4, 1000, 3), (1, 2)),
+    ((8, 128, 256), (0, 1)),
+    ((2049, 33), 0),
+    ((5, 3000), 1),
+    ((200, 257), None),
+    ((1,), 0),
+]
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("shape,dim", CASES)
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_sum_and_mean_match_numpy(launched, shape, dim, dtype, keepdim):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(shape)
+    x = tp.tensor(a, dtype=dtype, device="cuda")
+    axes = dim if dim is None or isinstance(dim, tuple) else (dim,)
+    if dim is None:
+        got_sum, got_mean = x.sum(), x.mean()
+    else:
+        got_sum, got_mean = x.sum(dim, keepdim=keepdim), x.mean(dim, keepdim=keepdim)
+    want_sum = a.sum(axis=axes, keepdims=keepdim and dim is not None)
+    want_mean = a.mean(axis=axes, keepdims=keepdim and dim is not None)
+    assert launched == ["sum", "mean"]
+    for got, want in ((got_sum, want_sum), (got_mean, want_mean)):
+        assert got.dtype is dtype and tuple(got.shape) == want.shape
+        np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("shape", [(4, 10), (256, 10), (3, 1), (2, 5, 3000), (7,)])
+@pytest.mark.parametrize("log", [True, False])
+def test_softmax_rows_match_numpy(launched, shape, dtype, log):
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape) * 4
+    x = tp.tensor(a, dtype=dtype, device="cuda")
+    got = x.log_softmax(dim=-1) if log else x.softmax(dim=-1)
+    shifted = a - a.max(axis=-1, keepdims=True)
+    lse = np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    want = shifted - lse if log else np.exp(shifted - lse)
+    assert launched == ["log_softmax" if log else "softmax"]
+    np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype))
+
+
+def test_nan_and_inf_follow_torch(launched):
+    torch = pytest.importorskip("torch")
+    a = np.array(
+        [[1.0, np.nan, 2.0], [np.inf, 1.0, 0.0], [-np.inf, -np.inf, -np.inf], [1.0, 2.0, 3.0]],
+        dtype=np.float32,
+    )
+    x, t = tp.tensor(a, device="cuda"), torch.tensor(a)
+    for name in ("log_softmax", "softmax"):
+        got = getattr(x, name)(dim=1).cpu().numpy()
+        want = getattr(t, name)(dim=1).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    np.testing.assert_allclose(x.sum(1).cpu().numpy(), t.sum(1).numpy(), equal_nan=True)
+    np.testing.assert_allclose(x.sum(0).cpu().numpy(), t.sum(0).numpy(), equal_nan=True)
+    assert "log_softmax" in launched and "sum" in launched
+
+
+def test_uncovered_layouts_are_declined(launched):
+    cupy = pytest.importorskip("cupy")
+    a = cupy.asarray(np.random.default_rng(2).standard_normal((6, 5, 4)))
+    assert _cuda_reduce.sum(a, (1,), False) is None  # a middle axis
+    assert _cuda_reduce.sum(a.transpose(2, 1, 0), (2,), False) is None  # a strided view
+    assert _cuda_reduce.softmax(a, 1, log=True) is None  # not the last axis
+    assert _cuda_reduce.sum(a.astype(cupy.float16), (2,), False) is None  # another dtype
+    assert _cuda_reduce.sum(cupy.ones(1 << 17), None, False) is None  # a large whole sum
+    assert _cuda_reduce.sum(cupy.ones((1 << 15, 3)), (0,), False) is None  # tall columns
+    assert _cuda_reduce.sum(cupy.ones((0, 3)), (0,), False) is None  # empty
+    # and the op still answers there (CuPy's kernel)
+    x = tp.tensor(a.get(), device="cuda")
+    np.testing.assert_allclose(x.sum(1).cpu().numpy(), a.get().sum(1), rtol=1e-12)
+
+
+def test_gradients_through_the_kernels(launched):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((16, 10))
+    x = tp.tensor(a, device="cuda", requires_grad=True)
+    y = tp.tensor(rng.integers(0, 10, (16, 1)), device="cuda")
+    loss = -x.log_softmax(dim=1).gather(1, y).mean()
+    loss.backward()
+    p = np.exp(a - a.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    onehot = np.zeros_like(a)
+    onehot[np.arange(16), y.cpu().numpy()[:, 0]] = 1
+    np.testing.assert_allclose(x.grad.cpu().numpy(), (p - onehot) / 16, rtol=1e-10, atol=1e-12)
