@@ -1,5 +1,5 @@
-"""The one-kernel CUDA reductions (``_cuda_reduce``): ``sum``/``mean`` over trailing axes
-(rows), leading axes (columns) and small whole arrays, and ``softmax``/``log_softmax`` over
+"""The CUDA reductions of ``_cuda_reduce``: ``sum``/``mean`` over trailing axes (rows),
+leading axes (columns) and whole arrays up to 4M elements, and ``softmax``/``log_softmax`` over
 the last axis, against numpy in float64 (to rounding: the summation order is the kernel's
 own) and with torch's NaN and inf rules; layouts they do not cover keep CuPy's kernel."""
 
@@ -54,6 +54,8 @@ CASES = [  # (shape, dim): rows, columns, whole
     ((2049, 33), 0),
     ((5, 3000), 1),
     ((200, 257), None),
+    ((300, 1000), None),  # whole, two launches
+    ((1 << 17,), None),
     ((1,), 0),
 ]
 
@@ -116,7 +118,7 @@ def test_uncovered_layouts_are_declined(launched):
     assert _cuda_reduce.sum(a.transpose(2, 1, 0), (2,), False) is None  # a strided view
     assert _cuda_reduce.softmax(a, 1, log=True) is None  # not the last axis
     assert _cuda_reduce.sum(a.astype(cupy.float16), (2,), False) is None  # another dtype
-    assert _cuda_reduce.sum(cupy.ones(1 << 17), None, False) is None  # a large whole sum
+    assert _cuda_reduce.sum(cupy.ones(1 << 23), None, False) is None  # a large whole sum
     assert _cuda_reduce.sum(cupy.ones((1 << 15, 3)), (0,), False) is None  # tall columns
     assert _cuda_reduce.sum(cupy.ones((0, 3)), (0,), False) is None  # empty
     # and the op still answers there (CuPy's kernel)

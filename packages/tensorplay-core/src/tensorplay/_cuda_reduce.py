@@ -8,7 +8,8 @@ kernels cover the layouts those calls have, for float32 and float64:
 
     rows     the trailing axes reduced   (x.sum(-1), log_softmax(x, -1): a block per row)
     columns  the leading axes reduced    (grad.sum(0): a block per 32 columns)
-    whole    every axis, up to ``_WHOLE_MAX`` elements (loss.mean(): one block)
+    whole    every axis: one block up to ``_WHOLE_MAX`` elements (loss.mean()), then
+             partial sums and their sum (two launches) up to ``_TWO_PASS_MAX``
 
 and return None for anything else (strided views, other dtypes, middle axes, large whole
 reductions, empty arrays), which keeps CuPy's kernel. Accumulation is in the array's dtype
@@ -31,6 +32,8 @@ __all__ = ["sum", "softmax"]
 
 _C_TYPES = {"f": "float", "d": "double"}
 _WHOLE_MAX = 1 << 16  # one block reads this many elements in about a microsecond
+_TWO_PASS_MAX = 1 << 22  # beyond, CuPy's CUB reduction (device time dominates there)
+_PARTIALS = 1024
 _COLS_MAX_ROWS = 1 << 14
 _MAX_GRID = 1 << 16
 
@@ -62,17 +65,18 @@ __device__ __forceinline__ T tp_block(T v, T *sh) {
   return sh[0];
 }
 
-// y[r] = sum (or mean) of row r of x (rows of `cols` contiguous elements)
+// y[r] = sum of row r of x (rows of `cols` contiguous elements), divided by `count`
+// unless it is 0 (a mean)
 template <typename T>
 __global__ void tp_rows_sum(const T *__restrict__ x, T *__restrict__ y, long long rows,
-                            long long cols, int mean) {
+                            long long cols, long long count) {
   __shared__ T sh[32];
   for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
     const T *xr = x + r * cols;
     T s = 0;
     for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
     s = tp_block<T, false>(s, sh);
-    if (threadIdx.x == 0) y[r] = mean ? s / (T)cols : s;
+    if (threadIdx.x == 0) y[r] = count ? s / (T)count : s;
   }
 }
 
@@ -80,7 +84,7 @@ __global__ void tp_rows_sum(const T *__restrict__ x, T *__restrict__ y, long lon
 // take every 8th row, then add up through shared memory
 template <typename T>
 __global__ void tp_cols_sum(const T *__restrict__ x, T *__restrict__ y, long long rows,
-                            long long cols, int mean) {
+                            long long cols, long long count) {
   __shared__ T sh[8][33];
   int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
   for (long long c0 = blockIdx.x * 32LL; c0 < cols; c0 += 32LL * gridDim.x) {
@@ -94,9 +98,22 @@ __global__ void tp_cols_sum(const T *__restrict__ x, T *__restrict__ y, long lon
     if (ty == 0 && c < cols) {
       T t = 0;
       for (int k = 0; k < 8; ++k) t += sh[k][tx];
-      y[c] = mean ? t / (T)rows : t;
+      y[c] = count ? t / (T)count : t;
     }
   }
+}
+
+// partial[b] = the sum of the elements block b visits (every gridDim.x-th chunk of the
+// block's width): the first of a whole reduction's two launches, tp_rows_sum the second
+template <typename T>
+__global__ void tp_partial_sum(const T *__restrict__ x, T *__restrict__ partial, long long n) {
+  __shared__ T sh[32];
+  T s = 0;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n;
+       i += (long long)blockDim.x * gridDim.x)
+    s += x[i];
+  s = tp_block<T, false>(s, sh);
+  if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
 // row r of y = log_softmax (LOG) or softmax of row r of x: torch's formula,
@@ -136,6 +153,7 @@ def _functions(char: str, device: int) -> dict:
         names = {
             "rows": f"tp_rows_sum<{t}>",
             "cols": f"tp_cols_sum<{t}>",
+            "partial": f"tp_partial_sum<{t}>",
             "log_softmax": f"tp_softmax_rows<{t}, true>",
             "softmax": f"tp_softmax_rows<{t}, false>",
         }
@@ -170,7 +188,9 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         rows = math.prod(a.shape[: nd - k])
         kind = "rows"
         if rows == 1 and a.size > _WHOLE_MAX:
-            return None  # one block would read it all: CuPy's CUB splits it up
+            if a.size > _TWO_PASS_MAX:
+                return None
+            kind = "whole"  # one block would read it all: partial sums first
     elif axes == tuple(range(k)):  # leading axes: columns
         rows = math.prod(a.shape[:k])
         kind = "cols"
@@ -185,12 +205,26 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
     cp = _device.cupy_or_raise()
     out = cp.empty(shape, a.dtype)
-    fn = _functions(a.dtype.char, out.device.id)[kind]
+    fn = _functions(a.dtype.char, out.device.id).get(kind)
+    count = (a.size // rows if kind != "cols" else rows) if mean else 0
+    if kind == "whole":
+        fns = _functions(a.dtype.char, out.device.id)
+        grid = min(-(-a.size // (256 * 8)), _PARTIALS)
+        partial = cp.empty(grid, a.dtype)
+        launch(fns["partial"], grid, 256, "ppq", (a.data.ptr, partial.data.ptr, a.size))
+        launch(
+            fns["rows"],
+            1,
+            _threads(grid),
+            "ppqqq",
+            (partial.data.ptr, out.data.ptr, 1, grid, count),
+        )
+        return out
     if kind == "rows":
         grid, threads = min(rows, _MAX_GRID), _threads(cols)
     else:
         grid, threads = min(-(-cols // 32), _MAX_GRID), 256
-    launch(fn, grid, threads, "ppqqi", (a.data.ptr, out.data.ptr, rows, cols, int(mean)))
+    launch(fn, grid, threads, "ppqqq", (a.data.ptr, out.data.ptr, rows, cols, count))
     return out
 
 
