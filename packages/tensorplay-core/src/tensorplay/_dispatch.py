@@ -415,7 +415,7 @@ def call(
 
 
 def _below_autograd_mode(row, targs, params, out, inplace):
-    """A dispatch mode produces the op's result; autograd records around it."""
+    """A dispatch mode produces the op's result; autograd (both modes) works around it."""
     items = _inputs(row, targs)
     track = autograd_hooks.needs_grad(items)
     if track and (inplace is not None or out is not None):
@@ -423,10 +423,15 @@ def _below_autograd_mode(row, targs, params, out, inplace):
             f"{row.name}: in-place and out= calls on tensors that require grad are not "
             "supported under a dispatch mode; use the out-of-place op"
         )
+    dual = autograd_hooks.needs_forward(items)
     result = dispatch_modes.run(row, targs, params, out, inplace)
     outs = result if isinstance(result, tuple) else (result,)
     if track and all(isinstance(o, Tensor) for o in outs):
-        return autograd_hooks.record(row, targs, params, result)
+        result = autograd_hooks.record(row, targs, params, result)
+    if dual and all(isinstance(o, Tensor) for o in outs):
+        # forward mode sits above the modes too: tangents (batched ones under vmap) ride on
+        # the values the handler returns, not on whatever it computed them from
+        autograd_hooks.forward(row, targs, params, result, inplace)
     return result
 
 
@@ -484,9 +489,11 @@ def execute(
     dual = autograd_hooks.needs_forward(items)  # propagate forward-mode tangents?
     if row.kind == "view":
         result = _call_view(row, targs, params)
+        if track:
+            result = autograd_hooks.record(row, targs, params, result)
         if dual:
             autograd_hooks.forward(row, targs, params, result)
-        return autograd_hooks.record(row, targs, params, result) if track else result
+        return result
     if out is not None and (track or autograd_hooks.needs_grad((out,))):
         autograd_hooks.check_out_arg(row, out)  # out= itself counts as an argument (torch)
     cdt, odt = row.dtype(promoted, params)
@@ -544,13 +551,17 @@ def execute(
         finally:
             if quiet is not None:
                 _quiet_off(quiet)
+    # NOTE: the graph node before the tangent: a jvp formula that reads the result (tanh's
+    # reads ``out``) then records a tangent that is differentiable (reverse over forward)
+    if track and inplace is None:
+        result = autograd_hooks.record(row, targs, params, result)
     if dual:
         autograd_hooks.forward(row, targs, params, result, inplace)
     if track:
         if inplace is not None:
             autograd_hooks.record_inplace(row, targs, params, result, inplace)
             return _write_inplace(row, inplace, result)
-        return autograd_hooks.record(row, targs, params, result)
+        return result
     if inplace is not None:
         return _write_inplace(row, inplace, result)
     if out is not None:

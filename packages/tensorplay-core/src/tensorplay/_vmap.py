@@ -17,16 +17,25 @@ Batching rules by family (``_rule``):
   ``dim``): the dims are wrapped against the sample's rank and shifted past the batch;
 * views given a shape (``reshape``, ``view``, ``expand``, ``permute``): the batch is
   prepended;
-* ``matmul`` and ``linear``: batch-first layouts that the op broadcasts itself;
+* ``matmul`` (and ``mm``, ``bmm``, ``dot``, ``outer``) and ``linear``: batch-first
+  layouts that the op broadcasts itself;
+* ``cat``/``stack`` and the rows that index along a dim (``gather``, ``scatter``,
+  ``index_select``, ``index_add``, ...): shared tensors expanded to the batch, the dim
+  shifted; a batched index of ``index_select`` becomes a ``gather``;
+* convolutions and pooling: the batch folded into the op's own batch dim N;
+* indexing (``x[...]``, not an op row): spelled as select/narrow/unsqueeze/index_select;
 * custom ops: their ``register_vmap`` rule (``info``, ``in_dims``, the arguments).
 
 Autograd records around the handler, so ``vmap`` of a function that calls
-``tp.autograd.grad`` gives per-sample gradients.
+``tp.autograd.grad`` gives per-sample gradients; forward mode does too (a wrapper carries
+its own tangent, batched or not), so ``vmap`` of ``jvp`` batches the tangents.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+import itertools
 import threading
 import warnings
 from collections.abc import Callable
@@ -35,10 +44,11 @@ from typing import Any
 from tensorplay import _factories, _meta
 from tensorplay._dispatch import OPS
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine, function
+from tensorplay.autograd import engine, forward_ad, function
 from tensorplay.autograd.function import Function
 from tensorplay.autograd.grad_mode import is_grad_enabled
-from tensorplay.utils import _python_dispatch  # noqa: F401 - wrapper subclasses (BatchedTensor)
+from tensorplay.utils import _python_dispatch
+from tensorplay.utils._python_dispatch import flat as _flat
 
 __all__ = ["vmap", "BatchedTensor", "PerformanceWarning"]
 
@@ -54,6 +64,10 @@ class _State(threading.local):
 
 _state = _State()
 _warned: set = set()
+# Every vmap call gets a level of its own, larger than any before it: a backward pass that
+# runs through a finished vmap (grad of a function that used vmap, jacrev of jacrev) brings
+# that level's wrappers back next to the running ones, and the two must not be confused.
+_level_ids = itertools.count(1)
 
 
 class BatchedTensor(Tensor):
@@ -62,9 +76,7 @@ class BatchedTensor(Tensor):
 
     @staticmethod
     def __new__(cls, elem, level: int):
-        t = Tensor._make_wrapper_subclass(
-            cls, tuple(elem.shape)[1:], dtype=elem.dtype, device=elem.device
-        )
+        t = _python_dispatch.new_wrapper(cls, elem._shape[1:], elem.dtype, elem.device)
         t.elem, t.level = elem, level
         return t
 
@@ -74,12 +86,43 @@ class BatchedTensor(Tensor):
     def __repr__(self) -> str:
         return f"BatchedTensor(level={self.level}, batch={self.elem.shape[0]}, {self.elem!r})"
 
+    # Indexing is not an op row (``Tensor.__getitem__`` computes a view's geometry from the
+    # tensor's own memory, which a wrapper has none of): a sample's index is spelled here
+    # in rows that have batching rules, so autograd and forward mode see them too.
+    def __getitem__(self, index):
+        return _getitem(self, index)
+
+    def __setitem__(self, index, value):
+        _setitem(self, index, value)
+
+    # (the same for the writes that are not op rows either)
+    def copy_(self, src, non_blocking=False):
+        if not isinstance(src, Tensor):
+            raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+        _setitem(self, Ellipsis, src)
+        return self
+
+    def fill_(self, value):
+        if isinstance(value, Tensor) and value.dim() != 0:
+            raise RuntimeError(
+                "fill_(): only supports 0-dimension value tensor but got tensor with "
+                f"{value.dim()} dimensions."
+            )
+        _setitem(self, Ellipsis, value)
+        return self
+
+    def zero_(self):
+        _setitem(self, Ellipsis, 0)
+        return self
+
     @classmethod
     def __tensorplay_dispatch__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        level = max(a.level for a in _flat((args, kwargs)) if isinstance(a, BatchedTensor))
-        at = next(a for a in _flat((args, kwargs)) if _at(a, level))
-        size = at.elem.shape[0]  # (from the wrapper: a backward pass may run after vmap)
+        at = _innermost(args, None)
+        if kwargs:
+            at = _innermost(kwargs.values(), at)
+        level = at.level
+        size = at.elem._shape[0]  # (from the wrapper: a backward pass may run after vmap)
         row = func.row
         if row.name == "as_strided":
             raise RuntimeError(
@@ -102,15 +145,16 @@ class BatchedTensor(Tensor):
 # ---- helpers -------------------------------------------------------------------------------
 
 
-def _flat(value):
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _flat(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _flat(v)
-    else:
-        yield value
+def _innermost(values, at):
+    """The wrapper of the innermost level among ``values`` (and their list items) and
+    ``at``: the level an op runs at (every op asks: plain loops)."""
+    for a in values:
+        if isinstance(a, BatchedTensor):
+            if at is None or a.level > at.level:
+                at = a
+        elif type(a) is list or type(a) is tuple:
+            at = _innermost(a, at)
+    return at
 
 
 def _like(template, items: list):
@@ -131,6 +175,8 @@ def _at(x, level: int) -> bool:
 
 
 def _wrap(result, level: int):
+    if type(result) is Tensor:
+        return BatchedTensor(result, level)
     return _map(lambda r: BatchedTensor(r, level) if isinstance(r, Tensor) else r, result)
 
 
@@ -183,7 +229,20 @@ def _stack(outs: list, level: int):
 
 
 def _rule(row, func) -> Callable | None:
-    if func.inplace:
+    """The row's batching rule (None: the loop), looked up once per row."""
+    key = (row, func.inplace)
+    rule = _rules.get(key, _UNSET)
+    if rule is _UNSET:
+        rule = _rules[key] = _find_rule(row, func.inplace)
+    return rule
+
+
+_rules: dict = {}
+_UNSET = object()
+
+
+def _find_rule(row, inplace: bool) -> Callable | None:
+    if inplace:
         return _elementwise if _is_elementwise(row) else None
     name = row.name
     if _is_elementwise(row):
@@ -192,14 +251,30 @@ def _rule(row, func) -> Callable | None:
         return _dims
     if name in ("reshape", "view", "expand"):
         return _shaped
+    if name == "expand_as":
+        return _expand_as
     if name == "permute":
         return _permute
-    if name == "matmul":
+    if name in _MATMUL_RANKS:
         return _matmul
+    if name in ("outer", "ger"):
+        return _outer
     if name in _TRAILING:
         return _trailing
     if name == "linear":
         return _linear
+    if name in ("cat", "stack"):
+        return _seq
+    if name in _ALONG_DIM:
+        return _along_dim
+    if name == "index_select":
+        return _index_select
+    if name in ("index_add", "index_copy"):
+        return _index_add
+    if name == "masked_fill":
+        return _masked_fill
+    if name in _FOLD:
+        return _fold
     return None
 
 
@@ -214,25 +289,26 @@ def _is_elementwise(row) -> bool:
 
 def _elementwise(func, level, size, args, kwargs):
     """Batched operands get the batch in front of their broadcast dims."""
-    tensors = [a for a in _flat((args, kwargs)) if isinstance(a, Tensor)]
-    rank = max(a.dim() for a in tensors)  # the sample's broadcast rank
-
-    def align(x):
-        if not _at(x, level):
-            return x
-        e = x.elem
-        pad = rank - (e.dim() - 1)
-        return e.reshape(e.shape[0], *([1] * pad), *e.shape[1:]) if pad else e
-
     if func.inplace and not _at(args[0], level):
         return NotImplemented  # the loop's error
-    out = func(*_map(align, args), **_map(align, kwargs))
+    values = (*args, *kwargs.values()) if kwargs else args
+    rank = max(len(a._shape) for a in values if isinstance(a, Tensor))  # the broadcast rank
+
+    def align(x):
+        if isinstance(x, BatchedTensor) and x.level == level:
+            e = x.elem
+            pad = rank - len(x._shape)
+            return e.reshape(e._shape[0], *([1] * pad), *e._shape[1:]) if pad else e
+        return x
+
+    out = func(*[align(x) for x in args], **{k: align(v) for k, v in kwargs.items()})
     return args[0] if func.inplace else _wrap(out, level)
 
 
 # elementwise rows whose shape rule checks more than broadcasting (the rule still holds)
 _ELEMENTWISE = {
     "pow", "clamp", "clamp_min", "clamp_max", "addcmul", "addcdiv", "lerp", "clone",
+    "contiguous_copy",
 }  # fmt: skip
 # rows acting on the trailing dims of an input that may have leading batch dims
 _TRAILING = {"tril", "triu"}
@@ -246,6 +322,7 @@ _DIM_ARGS: dict[str, tuple] = {
             "prod", "all", "any", "nansum", "softmax", "log_softmax", "cumsum", "cumprod",
             "logcumsumexp", "select", "narrow", "unbind", "split", "chunk", "squeeze",
             "cummax", "cummin", "max_dim", "min_dim", "sort", "argsort", "topk", "unflatten",
+            "norm",
         )
     },
     "flip": (("dims",), 0),
@@ -257,23 +334,37 @@ _DIM_ARGS: dict[str, tuple] = {
 }  # fmt: skip
 # reductions that take a tuple of dims: dim=None (all of the sample's dims) is the tuple
 _ALL_DIMS = {"sum", "mean", "amax", "amin", "std", "var", "nansum", "logsumexp"}
+# rows that read a 0-d sample as one element along the dim they reduce or scan: the batch
+# of them is a column (batch, 1) reduced or scanned along dim 1
+_SCALAR_SAMPLES = {
+    "sum", "mean", "amax", "amin", "argmax", "argmin", "std", "var", "logsumexp", "prod",
+    "all", "any", "nansum", "softmax", "log_softmax", "cumsum", "cumprod", "logcumsumexp",
+    "cummax", "cummin", "max_dim", "min_dim", "sort", "argsort", "norm",
+}  # fmt: skip
 
 
 def _dims(func, level, size, args, kwargs):
     """Dims wrapped against the sample's rank, then shifted past the batch."""
     row = func.row
     names, extra = _DIM_ARGS[row.name]
-    bound = _signature(row).bind(*args, **kwargs)
-    x = bound.arguments[next(iter(bound.arguments))]
-    if not _at(x, level) or any(
-        _at(v, level) for k, v in bound.arguments.items() if k != next(iter(bound.arguments))
-    ):
+    b = _bind(row, args, kwargs)
+    first = next(iter(_defaults(row)))
+    x = b[first]
+    if not _at(x, level) or any(_at(v, level) for k, v in b.items() if k != first):
         return NotImplemented
-    rank = x.dim() + extra
+    rank = len(x._shape) + extra
     if not rank:
-        return NotImplemented  # a dim of a 0-d sample names no dim of the batch: the loop
+        if row.name not in _SCALAR_SAMPLES:
+            return NotImplemented  # a dim of a 0-d sample names no dim of the batch: the loop
+        d = b.get("dim")
+        if isinstance(d, (tuple, list)) and len(d) != 1 or d not in (None, 0, -1, (0,), (-1,)):
+            return NotImplemented  # the loop raises the op's own error
+        b["dim"] = (1,) if isinstance(d, (tuple, list)) else 1
+        b[first] = x.elem.unsqueeze(1)
+        out = func(**b)
+        return _map(lambda o: BatchedTensor(o.reshape(size), level), out)
     for name in names:
-        d = bound.arguments.get(name, _signature(row).parameters[name].default)
+        d = b.get(name, _defaults(row)[name])
         if d is None:
             if name != "dim":
                 return NotImplemented
@@ -281,15 +372,21 @@ def _dims(func, level, size, args, kwargs):
                 d = tuple(i for i, n in enumerate(x.shape) if n == 1)
             elif row.name in _ALL_DIMS and x.dim():
                 d = tuple(range(x.dim()))
+            elif row.name == "norm" and not b.get("keepdim"):
+                # (one vector of all the sample's elements: a tuple of dims could make it a
+                # matrix norm)
+                b["input"] = x.elem.reshape(size, -1)
+                b["dim"] = 1
+                return _wrap(func(**b), level)
             else:
                 return NotImplemented
         if isinstance(d, (tuple, list)):
             d = tuple(_meta.wrap_dim(i, rank, row.name) + 1 for i in d)
         else:
             d = _meta.wrap_dim(d, rank, row.name) + 1
-        bound.arguments[name] = d
-    bound.arguments[next(iter(bound.arguments))] = x.elem
-    return _wrap(func(*bound.args, **bound.kwargs), level)
+        b[name] = d
+    b[first] = x.elem
+    return _wrap(func(**b), level)
 
 
 def _shaped(func, level, size, args, kwargs):
@@ -306,6 +403,14 @@ def _shaped(func, level, size, args, kwargs):
     return BatchedTensor(func(e, (size, *shape)), level)
 
 
+def _expand_as(func, level, size, args, kwargs):
+    x, other = args
+    if kwargs:
+        return NotImplemented
+    x = x if _at(x, level) else BatchedTensor(_expanded(x, level, size), level)
+    return _shaped(_handle("expand"), level, size, (x, tuple(other.shape)), {})
+
+
 def _permute(func, level, size, args, kwargs):
     x, *dims = args
     if not _at(x, level) or kwargs:
@@ -317,14 +422,23 @@ def _permute(func, level, size, args, kwargs):
     return BatchedTensor(func(x.elem, order), level)
 
 
+# matmul and its fixed-rank forms (sample ranks they accept), all batched as matmul
+_MATMUL_RANKS = {"matmul": None, "mm": (2, 2), "bmm": (3, 3), "dot": (1, 1)}
+
+
 def _matmul(func, level, size, args, kwargs):
     """Vectors become matrices (squeezed again at the end), and a batched operand gets 1s
     after its batch up to the larger rank, so matmul's own broadcasting of leading dims
     keeps the batch in front."""
     a, b = args
-    na, nb = a.dim(), b.dim()
+    na, nb = len(a._shape), len(b._shape)
     if kwargs or not na or not nb:
         return NotImplemented  # (matmul refuses 0-d operands: the loop raises it)
+    ranks = _MATMUL_RANKS[func.row.name]
+    if ranks is not None:
+        if (na, nb) != ranks or a.dtype is not b.dtype:
+            return NotImplemented  # the loop raises the op's own error
+        func = _handle("matmul")
     ea, eb = (a.elem if _at(a, level) else a), (b.elem if _at(b, level) else b)
     ra, rb = max(na, 2), max(nb, 2)
     if na == 1:
@@ -344,6 +458,305 @@ def _matmul(func, level, size, args, kwargs):
     return BatchedTensor(out, level)
 
 
+def _outer(func, level, size, args, kwargs):
+    """outer/ger: a column times a row, broadcast (the batch stays in front)."""
+    a, b = args
+    if kwargs or a.dim() != 1 or b.dim() != 1:
+        return NotImplemented
+    ea = a.elem.unsqueeze(-1) if _at(a, level) else a.unsqueeze(-1)
+    eb = b.elem.unsqueeze(-2) if _at(b, level) else b.unsqueeze(0)
+    return BatchedTensor(_handle("mul")(ea, eb), level)
+
+
+def _expanded(x, level: int, size: int):
+    """``x``'s batch at this level: its own, or ``x`` repeated (a broadcast view) when it is
+    the same for every sample."""
+    if _at(x, level):
+        return x.elem
+    return x.unsqueeze(0).expand(size, *x.shape)
+
+
+def _seq(func, level, size, args, kwargs):
+    """cat/stack: every tensor batch-first (shared ones expanded), the dim shifted."""
+    b = _bind(func.row, args, kwargs)
+    tensors, dim = b["tensors"], b.get("dim", 0)
+    if not tensors or isinstance(dim, Tensor):
+        return NotImplemented
+    ranks = {t.dim() for t in tensors}
+    if len(ranks) != 1 or not next(iter(ranks)) and func.row.name == "cat":
+        return NotImplemented  # cat's legacy skipping of empty 1-d tensors, or 0-d: the loop
+    rank = tensors[0].dim() + (func.row.name == "stack")
+    d = _meta.wrap_dim(dim, rank, func.row.name) + 1
+    return BatchedTensor(func([_expanded(t, level, size) for t in tensors], d), level)
+
+
+# (x, dim, index, src, ...) rows whose tensors all have x's rank and are read at the same
+# positions along every dim but ``dim``: with the batch in front of each, dim shifts by one
+_ALONG_DIM = {"gather", "scatter", "scatter_reduce"}
+
+
+def _along_dim(func, level, size, args, kwargs):
+    b = _bind(func.row, args, kwargs)
+    x, dim = b["input"], b["dim"]
+    if not x.dim() or isinstance(dim, Tensor):
+        return NotImplemented
+    for k, v in b.items():
+        if isinstance(v, Tensor) and k not in ("input", "index", "src"):
+            return NotImplemented  # a batched value= (scatter): the loop
+    b["dim"] = _meta.wrap_dim(dim, x.dim(), func.row.name) + 1
+    for k in ("input", "index", "src"):
+        v = b.get(k)
+        if isinstance(v, Tensor):
+            if v.dim() != x.dim():
+                return NotImplemented
+            b[k] = _expanded(v, level, size)
+    return BatchedTensor(func(**b), level)
+
+
+def _index_select(func, level, size, args, kwargs):
+    """A shared index: one index_select past the batch; a batched index: a gather (each
+    sample picks its own), or, for a shared input, one index_select of all the indices."""
+    b = _bind(func.row, args, kwargs)
+    x, dim, index = (b[k] for k in ("input", "dim", "index"))
+    if not x.dim() or index.dim() != 1 or isinstance(dim, Tensor):
+        return NotImplemented
+    d = _meta.wrap_dim(dim, x.dim(), "index_select")
+    if not _at(index, level):
+        return BatchedTensor(func(x.elem, d + 1, index), level)
+    k = index.shape[0]
+    if not _at(x, level):
+        picked = func(x, d, index.elem.reshape(-1))  # (..., size * k, ...)
+        return BatchedTensor(picked.unflatten(d, (size, k)).movedim(d, 0), level)
+    shape = (size, *x.shape[:d], k, *x.shape[d + 1 :])
+    idx = index.elem.reshape(size, *([1] * d), k, *([1] * (x.dim() - d - 1))).expand(*shape)
+    return BatchedTensor(_handle("gather")(x.elem, d + 1, idx), level)
+
+
+def _index_add(func, level, size, args, kwargs):
+    """index_add/index_copy with a shared index: input and source batch-first."""
+    b = _bind(func.row, args, kwargs)
+    x, dim, index = (b[k] for k in ("input", "dim", "index"))
+    if _at(index, level) or not x.dim() or isinstance(dim, Tensor):
+        return NotImplemented
+    if any(_at(v, level) for k, v in b.items() if k not in ("input", "source")):
+        return NotImplemented
+    if b["source"].dim() != x.dim():
+        return NotImplemented
+    b["dim"] = _meta.wrap_dim(dim, x.dim(), func.row.name) + 1
+    b["input"] = _expanded(x, level, size)
+    b["source"] = _expanded(b["source"], level, size)
+    return BatchedTensor(func(**b), level)
+
+
+def _masked_fill(func, level, size, args, kwargs):
+    """The input batch-first; a batched mask gets 1s after its batch up to the input's rank
+    (the mask broadcasts to the input)."""
+    b = _bind(func.row, args, kwargs)
+    x, mask, value = (b[k] for k in ("input", "mask", "value"))
+    if mask.dim() > x.dim():
+        return NotImplemented
+    if _at(value, level):  # a value per sample: where(mask, value, input)
+        if value.dtype is not x.dtype:
+            return NotImplemented
+        return _elementwise(_handle("where"), level, size, (mask, value, x), {})
+    if _at(mask, level):
+        e = mask.elem
+        mask = e.reshape(size, *([1] * (x.dim() - mask.dim())), *e.shape[1:])
+    return BatchedTensor(func(_expanded(x, level, size), mask, value), level)
+
+
+# convolutions and pooling: rows whose input has a leading batch dim N (or none: one
+# sample), and whose other tensors (weights) apply to every entry of N alike; the value:
+# the rank of an input without N
+_FOLD = {
+    "conv1d": 2, "conv2d": 3, "conv_transpose1d": 2, "conv_transpose2d": 3, "max_pool2d": 3,
+    "_max_pool2d_with_indices": 3, "avg_pool2d": 3, "adaptive_avg_pool2d": 3,
+}  # fmt: skip
+
+
+def _fold(func, level, size, args, kwargs):
+    """The batch folded into N: one call on (size * N, ...) when only the input is batched
+    (batched weights: the loop)."""
+    x = args[0]
+    if not _at(x, level) or any(_at(v, level) for v in _flat((args[1:], kwargs))):
+        return NotImplemented
+    unbatched = _FOLD[func.row.name]
+    e = x.elem
+    if x.dim() == unbatched:  # each sample is one entry of N: the batch is N
+        return _wrap(func(e, *args[1:], **kwargs), level)
+    if x.dim() != unbatched + 1:
+        return NotImplemented  # the loop raises the op's own error
+    n = x.shape[0]
+    out = func(e.reshape(size * n, *e.shape[2:]), *args[1:], **kwargs)
+    return _map(lambda o: BatchedTensor(o.unflatten(0, (size, n)), level), out)
+
+
+# ---- indexing ------------------------------------------------------------------------------
+
+
+def _getitem(x, index):
+    """``x[index]`` for a sample, as select/narrow/unsqueeze/index_select (torch's two steps:
+    ints, slices, None and ``...`` make a view, then the tensor indices index it)."""
+    items = list(index) if isinstance(index, tuple) else _listed(index)
+    items = [_as_index_tensor(i, x.device) for i in items]
+    used = sum(_dims_used(i) for i in items)
+    if items.count(Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in items:
+        k = items.index(Ellipsis)
+        items[k : k + 1] = [slice(None)] * (x.dim() - used)
+    elif used > x.dim():
+        raise IndexError(f"too many indices for tensor of dimension {x.dim()}")
+    out, d, advanced = x, 0, []
+    for item in items:
+        if item is None or isinstance(item, bool):
+            out = out.unsqueeze(d)
+            if item is False:
+                out = out.narrow(d, 0, 0)
+            d += 1
+        elif isinstance(item, int):
+            n = out.shape[d]
+            if not -n <= item < n:
+                raise IndexError(f"index {item} is out of bounds for dimension {d} with size {n}")
+            out = out.select(d, item)
+        elif isinstance(item, slice):
+            n = out.shape[d]
+            start, stop, step = item.indices(n)
+            if step <= 0:
+                raise ValueError("step must be greater than zero")
+            if (start, stop, step) != (0, n, 1):
+                if step == 1:
+                    out = out.narrow(d, start, max(stop - start, 0))
+                else:
+                    pick = _factories.arange(start, stop, step, device=x.device)
+                    out = out.index_select(d, pick)
+            d += 1
+        elif item.dtype.category == 0:  # a mask: its nonzero positions, one index per dim
+            if isinstance(item, BatchedTensor):
+                raise RuntimeError(
+                    "vmap: indexing with a boolean mask that differs across the batch gives "
+                    "each sample a result of its own size, which cannot be batched (as in "
+                    "PyTorch); use tp.where(mask, x, other) to keep the shape"
+                )
+            for i, col in enumerate(item.nonzero().unbind(1)):
+                advanced.append((d + i, col))
+            d += item.dim()
+        else:
+            advanced.append((d, item))
+            d += 1
+    return _advanced(out, advanced) if advanced else out
+
+
+def _listed(index) -> list:
+    """torch's reading of a list index: a sequence of per-dim items when it holds a slice,
+    None, ``...`` or a sequence; otherwise one tensor index."""
+    if isinstance(index, list) and any(
+        i is None or i is Ellipsis or isinstance(i, (slice, Tensor, list, tuple)) for i in index
+    ):
+        return list(index)
+    return [index]
+
+
+def _as_index_tensor(item, device):
+    """Lists become index tensors; 0-d integer tensors that hold the same index for every
+    sample become ints."""
+    if isinstance(item, (list, tuple)):
+        return _factories.tensor(item, device=device)
+    if isinstance(item, Tensor) and not isinstance(item, BatchedTensor) and item.dim() == 0:
+        if item.dtype.category == 1:
+            return int(item)
+        if item.dtype.category == 0:
+            return bool(item)
+    if isinstance(item, Tensor) and item.dtype.category > 1:
+        raise IndexError("tensors used as indices must be long, int, byte or bool tensors")
+    return item
+
+
+def _dims_used(item) -> int:
+    if item is None or item is Ellipsis or isinstance(item, bool):
+        return 0
+    if isinstance(item, Tensor) and item.dtype.category == 0:
+        return item.dim()
+    return 1
+
+
+def _advanced(out, advanced: list):
+    """The tensor indices, at their dims of the view: broadcast together, they pick through
+    one index_select of the flattened dims they cover. Indices at adjacent dims put their
+    shape there; otherwise it goes first (numpy's and torch's rule)."""
+    dims = [d for d, _ in advanced]
+    index = [i for _, i in advanced]
+    adjacent = dims == list(range(dims[0], dims[0] + len(dims)))
+    if not adjacent:
+        out = out.movedim(dims, list(range(len(dims))))
+        dims = list(range(len(dims)))
+    first = dims[0]
+    sizes = [out.shape[d] for d in dims]
+    shape = _meta.broadcast_shapes(*(tuple(i.shape) for i in index))
+    linear = None
+    for i, n in zip(index, sizes):
+        _check_bounds(i, n)
+        i = i + (i < 0) * n  # negative indices count from the end
+        linear = i if linear is None else linear * n + i
+    linear = linear.expand(*shape) if tuple(linear.shape) != shape else linear
+    flat = out.flatten(first, first + len(dims) - 1) if len(dims) > 1 else out
+    picked = flat.index_select(first, linear.reshape(-1))
+    return picked.reshape(*out.shape[:first], *shape, *out.shape[first + len(dims) :])
+
+
+def _check_bounds(index, n: int) -> None:
+    data = index
+    while isinstance(data, BatchedTensor):
+        data = data.elem
+    if data.numel() and not bool(((data >= -n) & (data < n)).all()):
+        bad = data[(data < -n) | (data >= n)].reshape(-1)[0].item()
+        raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
+
+
+def _setitem(x, index, value) -> None:
+    """``x[index] = value`` for a sample: the batch's write, with the batch dim in front of
+    the index (and of a batched value's dims)."""
+    level = x.level
+    items = tuple(index) if isinstance(index, tuple) else tuple(_listed(index))
+    if any(_at(i, level) for i in items):
+        raise RuntimeError(
+            "vmap: x[index] = value with an index that differs across the batch is not "
+            "supported; use scatter or index_put"
+        )
+    if is_grad_enabled() and (x.requires_grad or getattr(value, "requires_grad", False)):
+        raise RuntimeError(
+            "vmap: x[index] = value on tensors that require grad is not supported inside "
+            "vmap; build the result out of place (tp.where, scatter, cat)"
+        )
+    if isinstance(value, BatchedTensor) and value.level > level:
+        raise RuntimeError(
+            "vmap: x[index] = value writes a batched value into a tensor that is not batched "
+            "at that level; clone the value's batch into x first (x = x + 0 * value)"
+        )
+    if _at(value, level):
+        target_rank = x[index].dim()
+        e = value.elem
+        value = e.reshape(e.shape[0], *([1] * (target_rank - value.dim())), *e.shape[1:])
+        if any(isinstance(i, (Tensor, list)) for i in items) and _getitem_moves(items):
+            raise RuntimeError(
+                "vmap: x[index] = value with a batched value and tensor indices at dims that "
+                "are not adjacent is not supported; index adjacent dims"
+            )
+    x.elem[(slice(None), *items)] = value
+
+
+def _getitem_moves(items) -> bool:
+    """Do the tensor indices stand apart (their result dims then go first)?"""
+    spots = [k for k, i in enumerate(items) if isinstance(i, (Tensor, list))]
+    return spots != list(range(spots[0], spots[0] + len(spots))) if spots else False
+
+
+@functools.cache
+def _handle(name: str):
+    """Op ``name`` as a rule calls it: below autograd, as ``func`` is."""
+    return _python_dispatch.OpHandle(OPS[name])
+
+
 def _trailing(func, level, size, args, kwargs):
     x = args[0]
     if not _at(x, level) or any(_at(v, level) for v in _flat((args[1:], kwargs))):
@@ -352,17 +765,36 @@ def _trailing(func, level, size, args, kwargs):
 
 
 def _linear(func, level, size, args, kwargs):
-    x, rest = args[0], (*args[1:], *kwargs.values())
-    if not _at(x, level) or any(_at(r, level) for r in rest):
+    """A batched input alone: linear takes leading dims itself. A batched weight or bias:
+    matmul with the transposed weight, plus the bias, by their rules."""
+    b = _bind(func.row, args, kwargs)
+    x, w, b = (b.get(k) for k in ("input", "weight", "bias"))
+    if not _at(w, level) and not _at(b, level):
+        return BatchedTensor(func(x.elem, w, b), level)
+    if w.dim() != 2 or not x.dim():
         return NotImplemented
-    return BatchedTensor(func(x.elem, *args[1:], **kwargs), level)
+    wt = BatchedTensor(w.elem.transpose(1, 2), level) if _at(w, level) else w.t()
+    if _at(x, level) or _at(w, level):
+        out = _matmul(_handle("matmul"), level, size, (x, wt), {})
+    else:
+        out = _handle("matmul")(x, wt)
+    return out if b is None else _elementwise(_handle("add"), level, size, (out, b), {})
+
+
+def _bind(row, args: tuple, kwargs: dict) -> dict:
+    """The call's arguments by parameter name (those given): what a rule reads and edits,
+    then passes on as keywords."""
+    b = dict(zip(_defaults(row), args))
+    if kwargs:
+        b.update(kwargs)
+    return b
 
 
 @functools.cache
-def _signature(row):
-    import inspect
-
-    return inspect.signature(row.fn)
+def _defaults(row) -> dict:
+    """The row's parameters in order, each with its default (``inspect.Parameter.empty``
+    when it has none)."""
+    return {k: p.default for k, p in inspect.signature(row.fn).parameters.items()}
 
 
 def _custom_rule(rule, func, level, size, args, kwargs):
@@ -455,7 +887,7 @@ def vmap(
                           args, dims)  # fmt: skip
             parts.append(_run(func, chunk, kwargs, dims, n, out_dims, randomness))
         flat_parts = [_leaves(p) for p in parts]
-        odims = _broadcast_dims(out_dims, (parts[0],))[0]
+        odims = _out_dims(out_dims, parts[0])
         odims_flat = _leaves(odims) if isinstance(odims, (tuple, list, dict)) else None
         joined = []
         for i in range(len(flat_parts[0])):
@@ -467,7 +899,7 @@ def vmap(
 
 
 def _run(func, args, kwargs, dims, size, out_dims, randomness):
-    level = len(_state.levels) + 1
+    level = next(_level_ids)
     wrapped = _map2(lambda x, d: _enter(x, d, level) if d is not None else x, args, dims)
     _state.levels.append((level, size, randomness))
     previous = _factories.random_hook
@@ -479,7 +911,7 @@ def _run(func, args, kwargs, dims, size, out_dims, randomness):
         _state.levels.pop()
         _factories.random_hook = previous if _state.levels else None
         function.vmap_hook = _function_rule if _state.levels else None
-    odims = _broadcast_dims(out_dims, (out,))[0]
+    odims = _out_dims(out_dims, out)
     return _map2(lambda o, d: _unwrap(o, d, level, size), out, odims)
 
 
@@ -500,7 +932,10 @@ def _unwrap(o, d, level, size):
         d = _meta.wrap_dim(d, o.dim() + 1, "vmap")
         if o.requires_grad and is_grad_enabled():
             return _Leave.apply(o, d)
-        return o.elem.movedim(0, d)
+        out = o.elem.movedim(0, d) if d else o.elem
+        if forward_ad.needs_forward((o,)):
+            out._fw_tangent = _tangent_out(forward_ad.tangent_of(o), d, level, size)
+        return out
     # the same for every sample (it did not depend on a batched input): expand it
     d = _meta.wrap_dim(d, o.dim() + 1, "vmap")
     return o.unsqueeze(d).expand(*o.shape[:d], size, *o.shape[d:])
@@ -509,10 +944,24 @@ def _unwrap(o, d, level, size):
 def _enter(x, d, level):
     """``x`` with its batch at ``d`` as this level's BatchedTensor; attached to x's graph
     when x requires grad (so ``grad`` of a vmapped function reaches x)."""
-    e = x.movedim(d, 0)
+    e = x.movedim(d, 0) if d else x
     if e.requires_grad and is_grad_enabled():
         return _Enter.apply(e, level)
-    return BatchedTensor(e, level)
+    wrapper = BatchedTensor(e, level)
+    if forward_ad.needs_forward((e,)):
+        wrapper._fw_tangent = BatchedTensor(forward_ad.tangent_of(e), level)
+    return wrapper
+
+
+# Forward mode across a level's boundary: a dual argument's tangent is batched at the level
+# as its primal is; a result's tangent leaves the level as its primal does.
+
+
+def _tangent_out(t, d, level, size):
+    if _at(t, level):
+        return t.elem.movedim(0, d)
+    d = _meta.wrap_dim(d, t.dim() + 1, "vmap")  # the same for every sample
+    return t.unsqueeze(d).expand(*t.shape[:d], size, *t.shape[d:])
 
 
 class _Enter(Function):
@@ -531,6 +980,10 @@ class _Enter(Function):
             return g.elem, None
         return g.unsqueeze(0).expand(*ctx.shape), None  # the same for every sample
 
+    @staticmethod
+    def jvp(ctx, t, _level):
+        return BatchedTensor(t, ctx.level)
+
 
 class _Leave(Function):
     """A wrapper -> the batch with its batch at ``d``; backward: the inverse."""
@@ -539,12 +992,16 @@ class _Leave(Function):
 
     @staticmethod
     def forward(ctx, o, d):
-        ctx.level, ctx.d = o.level, d
+        ctx.level, ctx.d, ctx.size = o.level, d, o.elem.shape[0]
         return o.elem.movedim(0, d)
 
     @staticmethod
     def backward(ctx, g):
         return BatchedTensor(g.movedim(ctx.d, 0), ctx.level), None
+
+    @staticmethod
+    def jvp(ctx, t, _d):
+        return _tangent_out(t, ctx.d, ctx.level, ctx.size)
 
 
 def _function_rule(cls, args, kwargs):
@@ -610,6 +1067,14 @@ def _broadcast_dims(dims, values: tuple) -> tuple:
         f"vmap: in_dims/out_dims {dims!r} must be an int, None, or a tuple with one entry "
         f"per argument ({len(values)} here)"
     )
+
+
+def _out_dims(dims, out):
+    """``out_dims`` matched to the output: a tuple of dims for a tuple of outputs goes one
+    per output, as torch.vmap's."""
+    if isinstance(out, (tuple, list)) and isinstance(dims, (tuple, list)):
+        return _fill(dims, out)
+    return _broadcast_dims(dims, (out,))[0]
 
 
 def _fill(d, value):

@@ -29,6 +29,7 @@ from tensorplay._dtype import float64
 from tensorplay._factories import rand, randn_like, tensor, zeros
 from tensorplay._tensor import Tensor
 from tensorplay.autograd import engine, forward_ad
+from tensorplay.autograd._derivatives import stack
 from tensorplay.autograd.function import BackwardCFunction
 from tensorplay.autograd.graph import edge_of
 
@@ -635,43 +636,114 @@ def _test_undefined_backward_mode(func, inputs) -> bool:
     return True
 
 
+_FAILED_BATCHED_GRAD_MSG = """gradcheck or gradgradcheck failed while testing batched gradient
+computation: the {what} for a batch of {vectors}, computed in one pass under vmap, differ from the
+{what} computed for each of them alone. The usual cause is a wrong batching rule of an op
+on that path: a custom op's register_vmap rule, or the vmap staticmethod of an
+autograd.Function that the derivative calls. Fix the rule, or pass {flag}=False to skip
+this check."""
+
+
+def _batched_mismatch(output_idx, input_idx, got, want, forward: bool) -> GradcheckError:
+    msg = _batched_msg(forward)
+    return GradcheckError(
+        f"For output {output_idx} and input {input_idx}:\n\n{msg}\n\n"
+        f"Got:\n{got}\n\nExpected:\n{want}"
+    )
+
+
+def _batched_msg(forward: bool) -> str:
+    if forward:
+        return _FAILED_BATCHED_GRAD_MSG.format(
+            what="forward-mode tangents", vectors="tangents", flag="check_batched_forward_grad"
+        )
+    return _FAILED_BATCHED_GRAD_MSG.format(
+        what="gradients", vectors="grad_outputs", flag="check_batched_grad"
+    )
+
+
+def _vmap():
+    vmap = engine.vmap_transform
+    if vmap is None:
+        raise RuntimeError(
+            "gradcheck(check_batched_grad=True): vmap is not loaded; import tensorplay first"
+        )
+    return vmap
+
+
 def _test_batched_grad(inputs, output, output_idx) -> bool:
-    """A batch of grad_outputs gives, sample by sample, the gradients each grad_output gives
-    alone (computed in a loop: there is no vmap); and backward is linear in grad_output,
-    which is what batching the backward relies on."""
+    """torch's check: the gradients for a batch of two random grad_outputs, computed in one
+    backward pass under vmap (``grad(..., is_grads_batched=True)``), equal the gradients
+    computed for each grad_output alone."""
     diff_inputs = _diff_inputs(inputs)
 
-    def grads_for(g):
+    def vjp(g):
         res = engine.grad([output], diff_inputs, [g], retain_graph=True, allow_unused=True)
-        return [None if r is None else _host(r) for r in res]
+        return [_zeros_like(x) if r is None else r for r, x in zip(res, diff_inputs)]
 
     batch = [randn_like(output) for _ in range(2)]
-    batched = [grads_for(g) for g in batch]  # the batch, one sample at a time
-    combo = grads_for(batch[0] * 2.0 - batch[1])
-    for j in range(len(diff_inputs)):
-        for b, g in enumerate(batch):
-            single = grads_for(g)[j]
-            got = batched[b][j]
-            if (got is None) != (single is None) or (
-                got is not None and not _allclose(got, single, 1e-7, 1e-12)
-            ):
-                raise GradcheckError(
-                    f"For output {output_idx} and input {j}:\n\nbatched grad computation "
-                    f"failed: sample {b} of the batched gradient differs from the gradient "
-                    "computed for that grad_output alone."
-                )
-        if batched[0][j] is None and batched[1][j] is None and combo[j] is None:
-            continue
-        zero = np.zeros(diff_inputs[j].shape)
-        g0 = zero if batched[0][j] is None else batched[0][j]
-        g1 = zero if batched[1][j] is None else batched[1][j]
-        c = zero if combo[j] is None else combo[j]
-        if not _allclose(c, 2.0 * g0 - g1, 1e-5, 1e-8):
-            raise GradcheckError(
-                f"For output {output_idx} and input {j}:\n\nbatched grad computation failed: "
-                "the gradient is not linear in grad_output (the gradient of a combination of "
-                "grad_outputs differs from the combination of their gradients)."
+    expected = [stack(col) for col in zip(*(vjp(g) for g in batch))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # rows without a batching rule loop (and warn): as right
+        try:
+            got = engine.grad(
+                [output],
+                diff_inputs,
+                [stack(batch)],
+                retain_graph=True,
+                allow_unused=True,
+                is_grads_batched=True,
             )
+        except RuntimeError as e:
+            raise GradcheckError(
+                f"While computing batched gradients, got: {e}\n\n{_batched_msg(False)}"
+            ) from e
+    for j, (g, want) in enumerate(zip(got, expected)):
+        g = zeros(want.shape, dtype=want.dtype, device=want.device) if g is None else g
+        if not _allclose(_host(g), _host(want), 1e-5, 1e-8):
+            raise _batched_mismatch(output_idx, j, g, want, forward=False)
+    return True
+
+
+def _test_batched_forward_grad(func, inputs) -> bool:
+    """torch's check for forward mode: the output tangents for a batch of two random
+    tangents of one input, computed in one pass under vmap, equal those computed for each
+    tangent alone."""
+    for i, current in enumerate(inputs):
+        if not (isinstance(current, Tensor) and current.requires_grad):
+            continue
+        if not _is_float_or_complex(current):
+            continue
+
+        def jvp(tangent, i=i, current=current):
+            with forward_ad.dual_level():
+                dual = forward_ad.make_dual(current.detach(), tangent)
+                args = tuple(
+                    dual if k == i else (x.detach() if isinstance(x, Tensor) else x)
+                    for k, x in enumerate(inputs)
+                )
+                outs = _as_tuple(func(*args))
+                tangents = []
+                for o in outs:
+                    if not isinstance(o, Tensor):
+                        continue
+                    primal, t = forward_ad.unpack_dual(o)
+                    tangents.append(_zeros_like(primal) if t is None else t)
+                return tuple(tangents)
+
+        batch = [randn_like(current) for _ in range(2)]
+        expected = [stack(col) for col in zip(*(jvp(t) for t in batch))]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                got = _vmap()(jvp)(stack(batch))
+            except RuntimeError as e:
+                raise GradcheckError(
+                    f"While computing batched gradients, got: {e}\n\n{_batched_msg(True)}"
+                ) from e
+        for o, (g, want) in enumerate(zip(got, expected)):
+            if not _allclose(_host(g), _host(want), 1e-5, 1e-8):
+                raise _batched_mismatch(o, i, g, want, forward=True)
     return True
 
 
@@ -688,6 +760,7 @@ def _gradcheck_helper(
     check_undefined_grad,
     check_grad_dtypes,
     check_batched_grad,
+    check_batched_forward_grad,
     check_backward_ad,
     check_forward_ad,
     fast_mode,
@@ -731,6 +804,8 @@ def _gradcheck_helper(
             _fast_forward(func, tupled_inputs, func_out, eps, rtol, atol, check_grad_dtypes)
         else:
             _slow_forward(func, tupled_inputs, func_out, eps, rtol, atol, check_grad_dtypes)
+        if check_batched_forward_grad:
+            _test_batched_forward_grad(func, tupled_inputs)
     if check_backward_ad:
         if check_batched_grad:
             for i, o in enumerate(outputs):
@@ -764,6 +839,10 @@ def gradcheck(
     ``func`` takes ``*inputs`` (a tensor or a tuple; non-tensors are passed through) and
     returns a tensor or a tuple of tensors. Returns True, or raises ``GradcheckError``
     (returns False with ``raise_exception=False``). Use float64/complex128 inputs.
+    ``check_batched_grad``: also compute the gradients for a batch of grad_outputs in one
+    backward pass under ``vmap`` and compare them with one pass per grad_output (this
+    catches wrong batching rules on the backward's path); ``check_batched_forward_grad``
+    (with ``check_forward_ad``): the same for a batch of tangents in forward mode.
     """
     if not (check_forward_ad or check_backward_ad):
         raise ValueError(
@@ -779,6 +858,7 @@ def gradcheck(
         check_undefined_grad,
         check_grad_dtypes,
         check_batched_grad,
+        check_batched_forward_grad,
         check_backward_ad,
         check_forward_ad,
         fast_mode,

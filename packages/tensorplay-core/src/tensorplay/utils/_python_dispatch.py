@@ -17,6 +17,7 @@ The stack is per thread; modes nest, the innermost sees an op first.
 from __future__ import annotations
 
 import contextlib
+import math
 import sys
 import threading
 from collections.abc import Callable
@@ -24,8 +25,9 @@ from collections.abc import Callable
 from tensorplay import _device, _dispatch, overrides
 from tensorplay._device import META
 from tensorplay._dtype import get_default_dtype
-from tensorplay._tensor import Tensor, empty_tensor
-from tensorplay.autograd import grad_mode
+from tensorplay._storage import Storage
+from tensorplay._tensor import Tensor, _new as new_tensor
+from tensorplay.autograd import forward_ad, grad_mode
 from tensorplay.overrides import disabled_tensorplay_function_impl, user_call
 
 __all__ = [
@@ -64,10 +66,17 @@ class OpHandle:
 
     def __call__(self, *args, **kwargs):
         row = self.row
-        with grad_mode.no_grad():  # below autograd: the outer call records
+        # below autograd, both modes: the outer call records the graph and propagates the
+        # tangents (the handler's own calls on unwrapped values would only duplicate them)
+        fw, gm = forward_ad.state, grad_mode.state
+        busy, fw.busy = fw.busy, True
+        enabled, gm.enabled = gm.enabled, False
+        try:
             if row.kind == "tensor_op":  # the next mode, or the kernel
                 return row.below_autograd(args, kwargs)
             return (row.inplace_fn if self.inplace else row.fn)(*args, **kwargs)
+        finally:
+            fw.busy, gm.enabled = busy, enabled
 
     def __repr__(self) -> str:
         if self.row.kind == "tensor_op":
@@ -139,29 +148,78 @@ def wanted(values) -> bool:
     an instance of a Tensor subclass that defines ``__tensorplay_dispatch__``."""
     if _stack.modes:
         return True
-    return _subclasses and bool(_dispatch_types(values))
-
-
-def _dispatch_types(values) -> list:
-    """The dispatch subclasses among ``values``' types: one each, subclasses before bases."""
-    found: list = []
-    for x in _flat(values):
+    if not _subclasses:
+        return False
+    for x in values:  # (every general-path call asks: a plain loop, no generator)
         t = type(x)
-        if t is Tensor or t in found or not isinstance(x, Tensor):
+        if t is Tensor:
             continue
-        if getattr(t, "__tensorplay_dispatch__", None) is None:
+        if t is list or t is tuple:
+            if any(_handles(type(y)) for y in x):
+                return True
+        elif _handles(t):
+            return True
+    return False
+
+
+def _handles(t) -> bool:
+    return t is not Tensor and getattr(t, "__tensorplay_dispatch__", None) is not None
+
+
+def _types(values) -> tuple:
+    """``(the Tensor types among values, the dispatch subclasses among them)``: one scan;
+    the subclasses one each, subclasses before their bases."""
+    types: list = []
+    found: list = []
+    for x in _two_levels(values):
+        t = type(x)
+        if t in types or not isinstance(x, Tensor):
+            continue
+        types.append(t)
+        if t is Tensor or getattr(t, "__tensorplay_dispatch__", None) is None:
             continue
         index = next((i for i, f in enumerate(found) if issubclass(t, f)), len(found))
         found.insert(index, t)
-    return found
+    return tuple(types), found
+
+
+def _defaulted(row, params: dict) -> bool:
+    """Every parameter is its default object (``user_call``'s test: it drops those)."""
+    defaults = row.defaults
+    for k, v in params.items():
+        if v is not defaults.get(k, _MISSING):
+            return False
+    return True
+
+
+_MISSING = object()
+
+
+def _two_levels(values):
+    """The items of ``targs`` and the values of ``params`` (``values`` is the pair), with
+    the items of list and tuple arguments (cat's tensors)."""
+    targs, params = values
+    for group in (targs, params.values()):
+        for x in group:
+            if type(x) is list or type(x) is tuple:
+                yield from x
+            else:
+                yield x
 
 
 def run(row, targs: tuple, params: dict, out, inplace):
     """The op below autograd: the innermost mode first (with itself switched off), then
     the dispatch subclasses among the arguments; ``NotImplemented`` passes to the next."""
-    _, args, kwargs = user_call(row, targs, params, out, inplace)
-    values = (*targs, *params.values())
-    types = tuple(dict.fromkeys(type(x) for x in _flat(values) if isinstance(x, Tensor)))
+    if (
+        row.kind != "tensor_op"
+        and out is None
+        and row.n_inputs != "star"
+        and _defaulted(row, params)
+    ):
+        args, kwargs = targs, {}  # user_call's answer, without building it
+    else:
+        _, args, kwargs = user_call(row, targs, params, out, inplace)
+    types, subclasses = _types((targs, params))
     func = OpHandle(row, inplace is not None)
     if _stack.modes:
         mode = _stack.modes[-1]
@@ -177,7 +235,6 @@ def run(row, targs: tuple, params: dict, out, inplace):
             _stack.modes, _stack.snapshot = saved, outer_snapshot
         if result is not NotImplemented:
             return result
-    subclasses = _dispatch_types(values)
     for cls in subclasses:
         rule = _rules.get((func.name, cls)) if _rules else None
         if rule is not None:
@@ -273,9 +330,8 @@ def _make_wrapper_subclass(
         raise TypeError(f"_make_wrapper_subclass(cls): cls must subclass Tensor, got {cls!r}")
     shape = tuple(int(n) for n in size)
     dt = dtype if dtype is not None else get_default_dtype()
-    t = empty_tensor(shape, dt, META)  # metadata only: nothing is allocated
-    t.__class__ = cls
-    t.device = _device.canonical(device) if device is not None else _device.CPU
+    dev = _device.canonical(device) if device is not None else _device.CPU
+    t = new_wrapper(cls, shape, dt, dev)
     if strides is not None:
         if len(strides) != len(shape):
             raise ValueError(
@@ -289,16 +345,29 @@ def _make_wrapper_subclass(
     return t
 
 
+def new_wrapper(cls, shape: tuple, dtype, device) -> Tensor:
+    """A ``cls`` instance of ``shape`` (a tuple of ints), ``dtype`` and ``device`` with no
+    memory: ``_make_wrapper_subclass`` without its checks, for a subclass that makes a
+    wrapper per op (vmap's ``BatchedTensor``)."""
+    storage = Storage(None, 0, math.prod(shape) * dtype.itemsize, META)  # its version counter
+    return new_tensor(cls, None, storage, 0, shape, None, dtype, device)
+
+
+def flat(value):
+    """The leaves of ``value``: the items of lists and tuples and the values of dicts, at any
+    depth; anything else is a leaf."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            yield from flat(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from flat(v)
+    else:
+        yield value
+
+
 Tensor.__init_subclass__ = classmethod(_init_subclass)
 Tensor._make_wrapper_subclass = staticmethod(_make_wrapper_subclass)
-
-
-def _flat(values):
-    for v in values:
-        if isinstance(v, (list, tuple)):
-            yield from v
-        else:
-            yield v
 
 
 overrides._reentrant_dispatch = enable_reentrant_dispatch  # tp.overrides' public name
