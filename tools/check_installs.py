@@ -47,6 +47,7 @@ OURS = (
     "tensorplay-kernels",
     "tensorplay-cppjit",
     "tensorplay-nn",
+    "tensorplay-oplib",
     "tensorplay",
 )
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6"]
@@ -97,6 +98,7 @@ CASES: tuple[Case | ResolveCase, ...] = (
     Case("tensorplay-kernels[triton]", tests=("tests/kernels",)),
     Case("tensorplay-cppjit", tests=("tests/cppjit",)),
     Case("tensorplay-nn", tests=("tests/nn",)),
+    Case("tensorplay-oplib", tests=("tests/oplib",)),
     Case(
         "tensorplay",
         tests=("tests/integration/test_docs.py",),
@@ -144,7 +146,7 @@ def _run(cmd: list[str], log: list[str], cwd: Path = REPO) -> subprocess.Complet
 
 
 def build_wheels(out: Path, python: str) -> None:
-    """Our seven wheels: six pure Python, core for this interpreter and platform (pure only
+    """Our eight wheels: seven pure Python, core for this interpreter and platform (pure only
     when no compiler could build tensorplay._C, which TENSORPLAY_REQUIRE_NATIVE=1 forbids)."""
     cmd = [python, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out)]
     subprocess.run(cmd + [str(REPO / "packages" / d) for d in OURS], check=True, env=_env())
@@ -165,7 +167,7 @@ def build_wheels(out: Path, python: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Wheelhouse:
-    """A folder with our seven wheels, and what their metadata says (read once): the version
+    """A folder with our eight wheels, and what their metadata says (read once): the version
     (core's) and each distribution's Requires-Dist."""
 
     path: Path
@@ -345,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"built our wheels in {time.perf_counter() - t0:.0f} s:", flush=True)
             for wheel in sorted(folder.glob("*.whl")):
                 print(f"  {wheel.name}")
-        wheels = Wheelhouse.read(folder)  # all seven are there
+        wheels = Wheelhouse.read(folder)  # all eight are there
 
         def one(case: Case | ResolveCase) -> Outcome:
             if isinstance(case, ResolveCase):

@@ -17,7 +17,7 @@ The contracts (issue 15, "explicit seams"):
    core): core modules import the module that defines a name (``tensorplay._factories``,
    ``tensorplay.overrides``), never ``import tensorplay``. ``FACE_USERS`` lists the exceptions.
 
-All seven distributions share the package ``tensorplay``, spread over several source folders,
+All eight distributions share the package ``tensorplay``, spread over several source folders,
 which import-linter's graph builder cannot follow; so this tool copies the sources into one
 tree in a temporary folder, derives the module lists of the contracts from that tree (a new
 module is covered without editing a list), writes the contracts as an import-linter
@@ -51,6 +51,7 @@ SIBLINGS = {  # distribution folder -> the package(s) it adds under tensorplay
         "tensorplay.utils.data",
         "tensorplay.serialization",
     ],
+    "tensorplay-oplib": ["tensorplay.oplib"],
 }
 # Core modules that may import the package face (contract 4), and why.
 FACE_USERS = {

@@ -50,6 +50,7 @@ COMPONENTS = {
     "kernels": "tensorplay-kernels",
     "cppjit": "tensorplay-cppjit",
     "nn": "tensorplay-nn",
+    "oplib": "tensorplay-oplib",
 }
 NOT_COMPONENTS = {"integration"}  # everything installed: no restriction
 CORE = "tensorplay-core"

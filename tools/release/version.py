@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Print or set the one TensorPlay version shared by all six distributions.
+"""Print or set the one TensorPlay version shared by every distribution under packages/.
 
     python tools/release/version.py               # prints e.g. 0.1.0
     python tools/release/version.py --set 0.2.0   # rewrites _version.py

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import importlib.util
+import json
 import os
 import platform
 import shutil
@@ -44,6 +45,7 @@ COMPONENTS = [
     ("tensorplay-kernels", "tensorplay.kernels"),
     ("tensorplay-cppjit", "tensorplay.utils.cpp_jit"),
     ("tensorplay-nn", "tensorplay.nn"),
+    ("tensorplay-oplib", "tensorplay.oplib"),
 ]
 
 # (label, module, distributions that may provide it)
@@ -226,6 +228,49 @@ def probe_compile_backend(check_import: bool) -> str:
     return f"tvm: {status}" if usable == "True" else f"eager (TVM {status})"
 
 
+def _oplib_metadata(module: str) -> dict:
+    """The ``oplib.json`` of an installed op library's package, found without importing it
+    (its entry point's module is a top-level package: tensorplay-oplib's wheels)."""
+    spec = importlib.util.find_spec(module) if "." not in module else None
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"its package {module!r} is not installed")
+    folder = next(iter(spec.submodule_search_locations))
+    with open(os.path.join(folder, "oplib.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def probe_oplibs() -> list[tuple[str, str]]:
+    """Installed op libraries (entry-point group ``tensorplay.oplibs``): per namespace, the
+    distribution, its operators with the devices they have kernels for, and whether it was
+    built for this TensorPlay. Read from each library's metadata, nothing is loaded."""
+    from tensorplay import _ops  # noqa: PLC0415 - only once we know this tensorplay is ours
+
+    rows = []
+    for namespace, eps in sorted(_ops.installed_libraries().items()):
+        for ep in eps:
+            dist = getattr(ep, "dist", None)
+            who = f"{dist.name} {dist.version}" if dist is not None else ep.value
+            try:
+                meta = _oplib_metadata(ep.module)
+            except (OSError, ValueError) as e:
+                rows.append((namespace, f"{who}: metadata unreadable ({type(e).__name__}: {e})"))
+                continue
+            ops = [
+                f"{op['schema'].split('(')[0]} [{', '.join(op.get('devices', [])) or 'no kernel'}]"
+                for op in meta.get("ops", [])
+            ]
+            text = f"{who}: {len(ops)} ops: {', '.join(ops)}"
+            for device, why in sorted(meta.get("not_built", {}).items()):
+                text += f"; no {device} kernels: {why}"
+            built = meta.get("tensorplay_version")
+            if built != tensorplay.__version__:
+                text += f"; UNUSABLE: built for TensorPlay {built}, rebuild it for this one"
+            rows.append((namespace, text))
+    return rows or [
+        ("(none)", f"no op library installed (entry-point group {_ops.ENTRY_POINT_GROUP})")
+    ]
+
+
 # ---- report --------------------------------------------------------------------------------------
 
 
@@ -272,11 +317,16 @@ def collect(check_imports: bool = True) -> dict:
             ("ninja", pool.submit(_safe, probe_ninja)),
         ]
         foreign = pool.submit(_install.foreign_installs)
+        oplibs = pool.submit(probe_oplibs)
         report = {
             "TensorPlay": info,
             "Components": [(k, f.result()) for k, f in comps],
             "Capabilities": [(k, f.result()) for k, f in caps],
         }
+        try:
+            report["Operator libraries"] = oplibs.result()
+        except Exception as e:  # noqa: BLE001 - a diagnostic command must never crash
+            report["Operator libraries"] = [("(error)", f"{type(e).__name__}: {e}")]
         try:
             found = foreign.result()
         except Exception as e:  # noqa: BLE001 - a diagnostic command must never crash
@@ -291,7 +341,7 @@ def format_report(report: dict) -> str:
     info = dict(report["TensorPlay"])
     lines.append(f"TensorPlay {info.pop('version')}")
     for section, rows in [("", list(info.items()))] + [
-        (s, report[s]) for s in ("Components", "Capabilities")
+        (s, report[s]) for s in ("Components", "Capabilities", "Operator libraries") if s in report
     ]:
         if section:
             lines.append("")

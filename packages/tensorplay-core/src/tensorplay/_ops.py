@@ -3,14 +3,27 @@
 Core owns the name table so that ``tp.ops`` works without importing the library
 distribution; ``tensorplay.library`` is the only writer (``add``, ``remove``). Lookups are plain
 dict reads: ``tp.ops.mylib.op`` is the very ``CustomOpDef`` that ``custom_op`` returned.
+
+Installed operator libraries (``tensorplay.oplib``'s wheels) register themselves on first
+use: when ``tp.ops.<namespace>`` names a namespace nobody registered, the entry point of that
+name in the group ``tensorplay.oplibs`` is loaded and called (it registers the library's
+operators), once, and the lookup is retried. Only a miss pays for this; an entry point that
+fails raises ``ImportError`` naming its distribution.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["ops", "add", "remove", "lookup"]
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+__all__ = ["ops", "add", "remove", "lookup", "ENTRY_POINT_GROUP", "installed_libraries"]
+
+#: The entry-point group of installed operator libraries: name = the namespace they define,
+#: value = a callable that registers their operators.
+ENTRY_POINT_GROUP = "tensorplay.oplibs"
 
 # namespace -> {op name -> operator}; replaced copy-on-write under the lock, so a reader
 # never sees a dict that another thread is resizing.
@@ -50,6 +63,71 @@ def lookup(namespace: str, name: str) -> Any | None:
     return _table.get(namespace, {}).get(name)
 
 
+# ---- installed operator libraries (entry points) ----------------------------------------------
+
+# Scanning the installed distributions costs milliseconds: done once, on the first miss.
+_entry_points: dict[str, list[EntryPoint]] | None = None
+_loaded: set[str] = set()  # namespaces whose entry point ran to completion
+# Reentrant: an entry point that (indirectly) looks up tp.ops.<its namespace> while it
+# registers must get the ordinary "no namespace" answer, not a deadlock.
+_load_lock = threading.RLock()
+
+
+def installed_libraries() -> dict[str, list[EntryPoint]]:
+    """Namespace -> the entry points of group ``tensorplay.oplibs`` that claim it."""
+    global _entry_points
+    with _load_lock:
+        if _entry_points is None:
+            # importing importlib.metadata takes ~15 ms: only a miss (or the report) pays it
+            import importlib.metadata  # noqa: PLC0415
+
+            found: dict[str, list[EntryPoint]] = {}
+            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+                found.setdefault(ep.name, []).append(ep)
+            _entry_points = found
+        return _entry_points
+
+
+def _distribution(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    return f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+
+
+def _load_installed(namespace: str) -> bool:
+    """Register ``namespace`` from its installed operator library; whether one was found.
+
+    Raises ``ImportError`` (naming the distribution and the entry point) when the library's
+    entry point fails, or when two distributions claim the namespace; a later lookup tries
+    again, so the error is never swallowed.
+    """
+    with _load_lock:
+        if namespace in _table:
+            return True
+        if namespace in _loaded:
+            return False  # its entry point ran and withdrew everything since (or is running)
+        candidates = installed_libraries().get(namespace)
+        if not candidates:
+            return False
+        if len({(ep.value, _distribution(ep)) for ep in candidates}) > 1:
+            claims = "; ".join(f"{_distribution(ep)} ({ep.value})" for ep in candidates)
+            raise ImportError(
+                f"tp.ops.{namespace}: several installed operator libraries define the "
+                f"namespace {namespace!r}: {claims}. Uninstall all but one of them"
+            )
+        ep = candidates[0]
+        _loaded.add(namespace)
+        try:
+            ep.load()()
+        except Exception as exc:
+            _loaded.discard(namespace)
+            raise ImportError(
+                f"tp.ops.{namespace}: the operator library installed by {_distribution(ep)} "
+                f"failed to load (entry point {ep.name} = {ep.value} in group "
+                f"{ENTRY_POINT_GROUP!r}): {type(exc).__name__}: {exc}"
+            ) from exc
+        return namespace in _table
+
+
 class _Namespace:
     """``tp.ops.<namespace>``: attribute access returns the registered operator."""
 
@@ -84,7 +162,9 @@ class _Ops:
         ns = _namespaces.get(namespace)
         if ns is not None and namespace in _table:
             return ns
-        if namespace.startswith("__") or namespace not in _table:
+        if namespace.startswith("__") or (
+            namespace not in _table and not _load_installed(namespace)
+        ):
             raise AttributeError(
                 f"tp.ops has no namespace {namespace!r} (namespaces: {sorted(_table)}); "
                 f"operators appear here once defined, e.g. with "

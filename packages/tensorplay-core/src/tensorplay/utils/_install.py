@@ -28,6 +28,7 @@ OURS = (
     "tensorplay-kernels",
     "tensorplay-cppjit",
     "tensorplay-nn",
+    "tensorplay-oplib",
 )
 # the start of our meta-package's Summary (packages/tensorplay/pyproject.toml, description)
 META_SUMMARY = "TensorPlay: all components"

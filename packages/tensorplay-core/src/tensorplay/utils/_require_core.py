@@ -19,6 +19,7 @@ _COMPONENTS = {
     "tensorplay.nn": "tensorplay-nn",
     "tensorplay.optim": "tensorplay-nn",
     "tensorplay.utils.data": "tensorplay-nn",
+    "tensorplay.oplib": "tensorplay-oplib",
 }
 
 
