@@ -796,6 +796,7 @@ _NAMED = {
     "masked_fill": _masked_fill,
     "clone": _copylike,
     "_to_copy": _to_copy,
+    "_threshold_backward": _binary_with({}, {"threshold": 0.5}),
     "_index": _index,
     "_index_put": _index_put,
     "contiguous_copy": _copylike,
@@ -1266,6 +1267,9 @@ def _scatter_reduce_ref(x, dim, idx, src, reduce, include_self=True):
 
 REF = {
     "_to_copy": lambda x, dtype: np.asarray(x).astype(dtype.np),
+    "_threshold_backward": lambda g, x, threshold=0: np.where(
+        np.asarray(x) <= threshold, np.zeros((), np.result_type(g, x)), g
+    ),
     "_index": lambda x, indices: x[indices],
     "_index_put": _index_put_ref,
     "add": lambda a, b, alpha=1: np.add(a, b) if alpha == 1 else a + np.multiply(b, alpha),

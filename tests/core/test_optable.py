@@ -373,6 +373,14 @@ def _pair(torch, name_t, name_tp, vals):
 
 
 def _torch_fn(torch, row):
+    if row.name == "_threshold_backward":  # an aten op of torch's own relu backward
+
+        def threshold_backward(g, x, threshold=0):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"threshold_backward(): self must be Tensor, not {type(x)}")
+            return torch.ops.aten.threshold_backward(g, x, threshold)
+
+        return threshold_backward
     fn = getattr(torch, row.name, None)
     if fn is None:
         fn = getattr(torch.nn.functional, row.name)

@@ -271,6 +271,13 @@ def _relu(k: Tir, op: Any, x: Callable) -> Any:
     return k.nan_aware(k.te.max, x, lambda: k.const(0))
 
 
+@lowering("_threshold_backward")
+def _threshold_backward(k: Tir, op: Any, grad: Callable, x: Callable) -> Any:
+    # relu's backward: 0 where x <= threshold, else the gradient (a NaN x passes it on)
+    threshold = k.const(op.params.get("threshold", 0))
+    return k.tirx.Select(x() <= threshold, k.const(0), grad())
+
+
 @lowering("silu", float_only=True, copies=9)
 def _silu(k: Tir, op: Any, x: Callable) -> Any:
     return x() * k.sigmoid(x())

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensorplay as tp
+from tensorplay._extension import OPS
 from tensorplay.compiler._barriers import barrier_kind
 from tensorplay.compiler._lowerings import NOT_LOWERED, Lowering, find
 from tensorplay.graph._graph import Graph, Node
@@ -48,10 +49,15 @@ def _dtype_name(t: Any) -> str:
 
 
 def _public_name(target: Any) -> str | None:
+    """The op-table name ``target`` is the function of: public (``tp.relu``) or one of the
+    rows autograd calls without a public name (``_threshold_backward``, relu's backward)."""
     name = getattr(target, "__name__", None)
-    if name and getattr(tp, name, None) is target:
+    if not name:
+        return None
+    if getattr(tp, name, None) is target:
         return name
-    return None
+    row = OPS.get(name)
+    return name if row is not None and row.fn is target else None
 
 
 def _bind(name: str, args: tuple, kwargs: dict) -> dict:
@@ -60,7 +66,8 @@ def _bind(name: str, args: tuple, kwargs: dict) -> dict:
 
 @functools.cache
 def _signature(name: str) -> inspect.Signature:
-    return inspect.signature(getattr(tp, name))
+    fn = getattr(tp, name, None)
+    return inspect.signature(fn if fn is not None else OPS[name].fn)
 
 
 def normalise(node: Node) -> tuple[PointwiseOp | None, str]:

@@ -522,14 +522,38 @@ def _silu_derivative(x):
     return s * (1 + x * (1 - s))
 
 
+def _threshold_backward(grad, x, threshold=0):
+    return _THRESHOLD_BACKWARD.fn(grad, x, threshold)
+
+
 unary(
     "relu",
     lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
     cuda="(a > (T)0 || a != a) ? a : (T)0",  # NaN stays NaN, as numpy's maximum keeps it
     allow="if",
-    # NOTE: out > 0, not x >= 0: the gradient at 0 is 0, as in torch
-    # where(out <= 0, 0, grad) (torch's threshold_backward): NaN passes its gradient
-    **pointwise_rule(lambda x, out: (out <= 0).logical_not()),
+    # NOTE: from the result, not x: the gradient at 0 is 0, as in torch
+    vjp=lambda ctx, grad: (_threshold_backward(grad, ctx.out),),
+    jvp=lambda ctx, t: None if t is None else _threshold_backward(t, ctx.out),
+)
+# torch's threshold_backward: where(input <= threshold, 0, grad_output), relu's backward
+# (input: relu's result, threshold 0) in one kernel instead of a comparison, a negation and
+# a where; a NaN input passes its gradient on.
+_THRESHOLD_BACKWARD = binary(
+    "_threshold_backward",
+    lambda xp, g, x, threshold=0: xp.where(x <= threshold, g.dtype.type(0), g),
+    params="grad_output, input, threshold=0",
+    allow="if",
+    inplace=False,
+    method=False,
+    dunders=(),
+    # a mask that is piecewise constant in input: only grad_output has a derivative
+    vjp=lambda ctx, grad: (
+        _threshold_backward(grad, ctx.inputs[1], ctx.params["threshold"]),
+        None,
+    ),
+    jvp=lambda ctx, tg, tx: (
+        None if tg is None else _threshold_backward(tg, ctx.inputs[1], ctx.params["threshold"])
+    ),
 )
 op(
     "gelu",

@@ -229,14 +229,13 @@ def sum_to(g, shape: tuple):
     if g._shape == shape:
         return g
     lead = len(g._shape) - len(shape)
-    dims = tuple(range(lead)) + tuple(
-        lead + i for i, n in enumerate(shape) if n == 1 and g._shape[lead + i] != 1
-    )
-    if dims:
-        g = g.sum(dim=dims, keepdim=True)
-    if lead:
-        g = g.reshape(shape)
-    return g
+    inner = tuple(lead + i for i, n in enumerate(shape) if n == 1 and g._shape[lead + i] != 1)
+    if not inner:
+        # only leading dimensions were broadcast (a bias): one sum gives the shape, and the
+        # gradient is a tensor of its own, not a view a leaf would have to copy
+        return g.sum(dim=tuple(range(lead)))
+    g = g.sum(dim=tuple(range(lead)) + inner, keepdim=True)
+    return g.reshape(shape) if lead else g
 
 
 def fit_grad(g, meta, node=None, i: int = 0):
