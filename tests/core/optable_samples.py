@@ -413,6 +413,15 @@ def _copylike(row, dt, rng):
     yield from _unary_generic(row, dt, rng)
 
 
+def _softmax_backward_data(row, dt, rng):
+    # (grad_output, output, dim): any output values (the formulas hold for all of them)
+    yield _s("rows", make((3, 4), dt, rng), make((3, 4), dt, rng), 1)
+    yield _s("columns", make((3, 4), dt, rng), make((3, 4), dt, rng), 0)
+    yield _s("last_of_3d", make((2, 3, 4), dt, rng), make((2, 3, 4), dt, rng), -1)
+    yield _s("transposed", make((4, 3), dt, rng, "transposed"), make((4, 3), dt, rng), 1)
+    yield _s("empty", make((0, 3), dt, rng), make((0, 3), dt, rng), 1)
+
+
 def _to_copy(row, dt, rng):
     # float64 targets only: finite differences cannot see through float32 rounding, and
     # integer targets (tested in test_tensor.py) have no derivative to check
@@ -797,6 +806,8 @@ _NAMED = {
     "clone": _copylike,
     "_to_copy": _to_copy,
     "_threshold_backward": _binary_with({}, {"threshold": 0.5}),
+    "_softmax_backward_data": _softmax_backward_data,
+    "_log_softmax_backward_data": _softmax_backward_data,
     "_index": _index,
     "_index_put": _index_put,
     "contiguous_copy": _copylike,
@@ -1267,6 +1278,8 @@ def _scatter_reduce_ref(x, dim, idx, src, reduce, include_self=True):
 
 REF = {
     "_to_copy": lambda x, dtype: np.asarray(x).astype(dtype.np),
+    "_softmax_backward_data": lambda g, out, dim: out * (g - (g * out).sum(dim, keepdims=True)),
+    "_log_softmax_backward_data": lambda g, out, dim: g - np.exp(out) * g.sum(dim, keepdims=True),
     "_threshold_backward": lambda g, x, threshold=0: np.where(
         np.asarray(x) <= threshold, np.zeros((), np.result_type(g, x)), g
     ),

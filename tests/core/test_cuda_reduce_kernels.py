@@ -34,8 +34,17 @@ def launched(monkeypatch):
             seen.append("log_softmax" if log else "softmax")
         return r
 
+    real_backward = _cuda_reduce.softmax_backward
+
+    def backward(g, out, dim, log):
+        r = real_backward(g, out, dim, log)
+        if r is not None:
+            seen.append("log_softmax_backward" if log else "softmax_backward")
+        return r
+
     monkeypatch.setattr(_cuda_reduce, "sum", summed)
     monkeypatch.setattr(_cuda_reduce, "softmax", soft)
+    monkeypatch.setattr(_cuda_reduce, "softmax_backward", backward)
     return seen
 
 
@@ -138,3 +147,23 @@ def test_gradients_through_the_kernels(launched):
     onehot = np.zeros_like(a)
     onehot[np.arange(16), y.cpu().numpy()[:, 0]] = 1
     np.testing.assert_allclose(x.grad.cpu().numpy(), (p - onehot) / 16, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("shape", [(4, 10), (3, 1), (2, 5, 3000)])
+@pytest.mark.parametrize("log", [True, False])
+def test_softmax_backward_rows_match_numpy(launched, shape, dtype, log):
+    from tensorplay._dispatch import OPS
+
+    rng = np.random.default_rng(4)
+    g, out = rng.standard_normal(shape), rng.standard_normal(shape)
+    name = "_log_softmax_backward_data" if log else "_softmax_backward_data"
+    got = OPS[name].fn(
+        tp.tensor(g, dtype=dtype, device="cuda"), tp.tensor(out, dtype=dtype, device="cuda"), -1
+    )
+    if log:
+        want = g - np.exp(out) * g.sum(-1, keepdims=True)
+    else:
+        want = out * (g - (g * out).sum(-1, keepdims=True))
+    assert launched == [name.strip("_").replace("_data", "")]
+    np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype))

@@ -1,4 +1,4 @@
-"""Sums, means and (log-)softmax over contiguous CUDA arrays as one kernel each.
+"""Sums, means, (log-)softmax and their backward over contiguous CUDA arrays, one kernel each.
 
 A training step reduces small tensors many times: the loss's ``mean``, the bias gradients
 (``sum`` over the batch dimension), ``log_softmax`` and its backward's ``sum`` over the
@@ -28,7 +28,7 @@ import math
 from tensorplay import _device
 from tensorplay._cuda_launch import launch
 
-__all__ = ["sum", "softmax"]
+__all__ = ["sum", "softmax", "softmax_backward"]
 
 _C_TYPES = {"f": "float", "d": "double"}
 _WHOLE_MAX = 1 << 16  # one block reads this many elements in about a microsecond
@@ -139,6 +139,23 @@ __global__ void tp_softmax_rows(const T *__restrict__ x, T *__restrict__ y, long
     }
   }
 }
+
+// the backward of row r: y = g - exp(out) * sum(g) for log_softmax (LOG),
+// y = out * (g - sum(g * out)) for softmax
+template <typename T, bool LOG>
+__global__ void tp_softmax_backward_rows(const T *__restrict__ g, const T *__restrict__ out,
+                                         T *__restrict__ y, long long rows, long long cols) {
+  __shared__ T sh[32];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *gr = g + r * cols, *orow = out + r * cols;
+    T *yr = y + r * cols;
+    T s = 0;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += LOG ? gr[c] : gr[c] * orow[c];
+    s = tp_block<T, false>(s, sh);
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x)
+      yr[c] = LOG ? gr[c] - exp(orow[c]) * s : orow[c] * (gr[c] - s);
+  }
+}
 """
 
 _kernels: dict = {}  # (dtype char, device) -> {name: CuPy Function}
@@ -156,6 +173,8 @@ def _functions(char: str, device: int) -> dict:
             "partial": f"tp_partial_sum<{t}>",
             "log_softmax": f"tp_softmax_rows<{t}, true>",
             "softmax": f"tp_softmax_rows<{t}, false>",
+            "log_softmax_backward": f"tp_softmax_backward_rows<{t}, true>",
+            "softmax_backward": f"tp_softmax_backward_rows<{t}, false>",
         }
         module = cp.RawModule(
             code=_SRC, options=("-std=c++14",), name_expressions=list(names.values())
@@ -241,3 +260,23 @@ def softmax(a, dim: int, log: bool):
     args = (a.data.ptr, out.data.ptr, rows, cols)
     launch(fn, min(rows, _MAX_GRID), _threads(cols), "ppqq", args)
     return out
+
+
+def softmax_backward(g, out, dim: int, log: bool):
+    """The backward of ``log_softmax`` (``log``) or ``softmax`` over the last axis ``dim``
+    from the gradient ``g`` and the forward's result ``out`` (C-contiguous float32/float64
+    CUDA arrays of one shape and dtype); else None."""
+    if not (_covered(g) and _covered(out)) or g.ndim == 0 or dim != g.ndim - 1:
+        return None
+    if g.dtype != out.dtype or g.shape != out.shape:
+        return None
+    cols = g.shape[-1]
+    rows = g.size // cols
+    cp = _device.cupy_or_raise()
+    y = cp.empty(g.shape, g.dtype)
+    fn = _functions(g.dtype.char, y.device.id)[
+        "log_softmax_backward" if log else "softmax_backward"
+    ]
+    args = (g.data.ptr, out.data.ptr, y.data.ptr, rows, cols)
+    launch(fn, min(rows, _MAX_GRID), _threads(cols), "pppqq", args)
+    return y

@@ -22,11 +22,13 @@ from tensorplay.autograd._derivatives import (
     axes_of,
     cat,
     conj,
+    needs,
     ones_like,
     real_jvp,
     reduction_rule,
     same_op_jvp,
     sgn,
+    total,
     unreduce,
     where,
     zeros_like,
@@ -723,7 +725,7 @@ op(
     shape=_same_shape_dim("softmax"),
     dtype=functools.partial(M.softmax_like, op="softmax"),
     allow="bifc",  # complex only with a real dtype= (torch converts the input first)
-    vjp=lambda ctx, grad: (_softmax_jvp(ctx, grad),),  # the Jacobian is symmetric
+    vjp=lambda ctx, grad: (_SOFTMAX_BACKWARD.fn(grad, ctx.out, ctx.params["dim"]),),
     jvp=lambda ctx, t: _softmax_jvp(ctx, t),
 )
 op(
@@ -733,10 +735,112 @@ op(
     shape=_same_shape_dim("log_softmax"),
     dtype=functools.partial(M.softmax_like, op="log_softmax"),
     allow="bifc",  # complex only with a real dtype= (torch converts the input first)
-    vjp=lambda ctx, grad: (grad - ctx.out.exp() * grad.sum(ctx.params["dim"], keepdim=True),),
+    vjp=lambda ctx, grad: (_LOG_SOFTMAX_BACKWARD.fn(grad, ctx.out, ctx.params["dim"]),),
     jvp=lambda ctx, t: (
         None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
     ),
+)
+
+
+# ---- the backward ops of softmax and log_softmax -----------------------------------------
+# torch's _softmax_backward_data / _log_softmax_backward_data: one kernel each (one CUDA
+# kernel per row of the last dimension) instead of three or four ops on every backward
+# through a classifier's loss or an attention. Float32 math for float16/bfloat16.
+
+
+def _softmax_backward(xp, g, out, dim, *, log):
+    name = "_log_softmax_backward_data" if log else "_softmax_backward_data"
+    d = M.wrap_dim(dim, g.ndim, name) if g.ndim else None
+    if xp is not np and g.ndim:
+        r = _cuda_reduce.softmax_backward(g, out, d, log=log)
+        if r is not None:
+            return r
+    if log:  # grad - exp(out) * sum(grad)
+        return g - xp.exp(out) * xp.sum(g, axis=d, keepdims=True)
+    return out * (g - xp.sum(g * out, axis=d, keepdims=True))  # out * (grad - sum(grad * out))
+
+
+def _log_softmax_backward_vjp(ctx, h):
+    # y = g - e * sum(g), e = exp(out): linear in g with adjoint h - sum(h * e); in out,
+    # dy/dout = -e * sum(g) elementwise
+    g, out = ctx.inputs
+    dim = ctx.params["dim"]
+    e = out.exp()
+    want = needs(ctx)
+    return (
+        h - (h * e).sum(dim, keepdim=True) if want[0] else None,
+        -(h * e * g.sum(dim, keepdim=True)) if want[1] else None,
+    )
+
+
+def _log_softmax_backward_jvp(ctx, tg, tout):
+    g, out = ctx.inputs
+    dim = ctx.params["dim"]
+    e = out.exp()
+    terms = []
+    if tg is not None:
+        terms.append(tg - e * tg.sum(dim, keepdim=True))
+    if tout is not None:
+        terms.append(-(e * tout * g.sum(dim, keepdim=True)))
+    return total(terms)
+
+
+def _softmax_backward_vjp(ctx, h):
+    # y = out * (g - s), s = sum(g * out): symmetric in g (the softmax Jacobian); in out,
+    # dy_j/dout_k = [j == k] (g_j - s) - out_j g_k
+    g, out = ctx.inputs
+    dim = ctx.params["dim"]
+    want = needs(ctx)
+    s = (g * out).sum(dim, keepdim=True)
+    return (
+        out * (h - (h * out).sum(dim, keepdim=True)) if want[0] else None,
+        h * (g - s) - g * (h * out).sum(dim, keepdim=True) if want[1] else None,
+    )
+
+
+def _softmax_backward_jvp(ctx, tg, tout):
+    g, out = ctx.inputs
+    dim = ctx.params["dim"]
+    s = (g * out).sum(dim, keepdim=True)
+    terms = []
+    if tg is not None:
+        terms.append(out * (tg - (tg * out).sum(dim, keepdim=True)))
+    if tout is not None:
+        terms.append(tout * (g - s) - out * (g * tout).sum(dim, keepdim=True))
+    return total(terms)
+
+
+def _backward_data_shape(name):
+    def shape(grad_output, output, dim):
+        M.wrap_dim(dim, grad_output.dim(), name)
+        if grad_output._shape != output._shape:
+            raise RuntimeError(
+                f"{name}(): grad_output has shape {list(grad_output._shape)} but output has "
+                f"shape {list(output._shape)}; they must match"
+            )
+        return grad_output._shape
+
+    return shape
+
+
+_SOFTMAX_BACKWARD, _LOG_SOFTMAX_BACKWARD = (
+    op(
+        name,
+        "grad_output, output, dim",
+        kind="other",
+        n_inputs=2,
+        kernel=functools.partial(_softmax_backward, log=log),
+        shape=_backward_data_shape(name),
+        dtype=lambda d, params: (M._half_up(d), d),
+        allow="f",
+        method=False,
+        vjp=vjp,
+        jvp=jvp,
+    )
+    for name, log, vjp, jvp in (
+        ("_softmax_backward_data", False, _softmax_backward_vjp, _softmax_backward_jvp),
+        ("_log_softmax_backward_data", True, _log_softmax_backward_vjp, _log_softmax_backward_jvp),
+    )
 )
 
 
