@@ -17,6 +17,7 @@ from tensorplay._dispatch import OPS, check_writable, native_fast
 from tensorplay._meta import broadcast_shapes
 from tensorplay._optable import ROWS, MinMax
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor
+from tensorplay._vmap import BatchedTensor, check_write
 from tensorplay.autograd import Function
 
 _NUMBER = (bool, int, float, complex, np.generic)
@@ -223,6 +224,10 @@ def convert(t: Tensor, dt: D.dtype, dev) -> Tensor:
             if dev is not t.device:
                 return _device_move().apply(t, dt, dev)
             return OPS["_to_copy"].fn(t, dt)
+    if t._data is None and t.device is not META and dev is t.device:
+        # a wrapper subclass (vmap's BatchedTensor) holds its values elsewhere: the row
+        # reaches its __tensorplay_dispatch__, which casts them
+        return OPS["_to_copy"].fn(t, dt)
     if dev is META or t.device is META:
         if t.device is META and dev is not META:
             raise NotImplementedError("Cannot copy out of meta tensor; no data!")
@@ -277,6 +282,8 @@ def _copy_(self, src, non_blocking=False):
     """Copy ``src`` (broadcast, cast, any device) into ``self``."""
     if not isinstance(src, Tensor):
         raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
+    if isinstance(src, BatchedTensor):  # (a batched self is a BatchedTensor: its own copy_)
+        check_write("copy_", self, (src,))
     check_writable("copy_", self)
     if broadcast_shapes(self._shape, src._shape, op="copy_") != self._shape:
         raise RuntimeError(
@@ -292,6 +299,13 @@ def _copy_(self, src, non_blocking=False):
 
 def _write(self, src):
     """The data movement of ``copy_`` (its checks and autograd recording already done)."""
+    if self._data is not None and src._data is None and src.device is not META:
+        # a wrapper subclass holds its values elsewhere: skipping would lose the write
+        raise RuntimeError(
+            f"copy_(): the source is a {type(src).__name__}, a wrapper that holds no data of "
+            "its own, so its values cannot be copied into a plain tensor; copy from the "
+            "tensor it wraps"
+        )
     if self._data is not None and src._data is not None:
         data = src._data
         if src.device is not self.device:
@@ -314,6 +328,8 @@ def _fill(self, value, name: str):
                 f"fill_(): only supports 0-dimension value tensor but got tensor "
                 f"with {value.dim()} dimensions."
             )
+        if isinstance(value, BatchedTensor):  # (a batched self is a BatchedTensor: its own fill_)
+            check_write("fill_", self, (value,))
         if _dispatch.autograd_hooks.needs_grad((self, value)):
             # the value's gradient is the sum of the filled elements' gradients
             _dispatch.autograd_hooks.record_write(name, self, value)

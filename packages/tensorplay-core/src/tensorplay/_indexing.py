@@ -15,6 +15,7 @@ from tensorplay._device_checks import host_sync
 from tensorplay._dispatch import OPS, check_writable
 from tensorplay._factories import tensor
 from tensorplay._tensor import Tensor, adopt_array, empty_tensor, make_view, strides_of
+from tensorplay._vmap import BatchedTensor, check_write, getitem as batched_getitem
 from tensorplay.autograd import forward_ad, grad_mode
 
 
@@ -217,7 +218,17 @@ def _view(t: Tensor, geometry) -> Tensor:
     return make_view(t, *geometry)
 
 
+def _batched_items(index) -> bool:
+    """Does the index hold a tensor batched by ``vmap`` (a sample's index into a tensor
+    the batch shares)? Such an index has no data of its own to read here."""
+    if isinstance(index, BatchedTensor):
+        return True
+    return isinstance(index, (tuple, list)) and any(isinstance(i, BatchedTensor) for i in index)
+
+
 def getitem(t: Tensor, index):
+    if _batched_items(index):
+        return batched_getitem(t, index)
     geometry, arrays = plan(t._shape, strides_of(t), t._offset, index, t.device)
     if not arrays:
         if _differentiated(t):  # a view even when it covers all of t (x[...] is x's view)
@@ -234,6 +245,11 @@ def getitem(t: Tensor, index):
 
 
 def setitem(t: Tensor, index, value) -> None:
+    if isinstance(value, BatchedTensor) or _batched_items(index):
+        # (a batched t is a BatchedTensor, with its own __setitem__): every sample would
+        # write into the one tensor
+        items = index if isinstance(index, (tuple, list)) else (index,)
+        check_write("__setitem__", t, (value, *items))
     check_writable("__setitem__", t)
     if not isinstance(value, Tensor):
         # torch makes a number a 0-d tensor of t's dtype first (its one-element path), then

@@ -23,8 +23,13 @@ Batching rules by family (``_rule``):
   ``index_select``, ``index_add``, ...): shared tensors expanded to the batch, the dim
   shifted; a batched index of ``index_select`` becomes a ``gather``;
 * convolutions and pooling: the batch folded into the op's own batch dim N;
-* indexing (``x[...]``, not an op row): spelled as select/narrow/unsqueeze/index_select;
+* indexing (``x[...]``, not an op row): spelled as select/narrow/unsqueeze/index_select,
+  also for a tensor the batch shares indexed by a batched index (``table[idx]``);
 * custom ops: their ``register_vmap`` rule (``info``, ``in_dims``, the arguments).
+
+A write of a batched value into a tensor not batched at its level (``plain.copy_(v)``, an
+in-place op, ``plain[i] = v``, ``fill_``) raises torch's error (``check_write``): the
+samples' values cannot all land in the one tensor.
 
 Autograd records around the handler, so ``vmap`` of a function that calls
 ``tp.autograd.grad`` gives per-sample gradients; forward mode does too (a wrapper carries
@@ -90,7 +95,7 @@ class BatchedTensor(Tensor):
     # tensor's own memory, which a wrapper has none of): a sample's index is spelled here
     # in rows that have batching rules, so autograd and forward mode see them too.
     def __getitem__(self, index):
-        return _getitem(self, index)
+        return getitem(self, index)
 
     def __setitem__(self, index, value):
         _setitem(self, index, value)
@@ -99,7 +104,7 @@ class BatchedTensor(Tensor):
     def copy_(self, src, non_blocking=False):
         if not isinstance(src, Tensor):
             raise TypeError(f"copy_(): argument 'src' must be Tensor, not {type(src).__name__}")
-        _setitem(self, Ellipsis, src)
+        _setitem(self, Ellipsis, src, "copy_")
         return self
 
     def fill_(self, value):
@@ -108,7 +113,7 @@ class BatchedTensor(Tensor):
                 "fill_(): only supports 0-dimension value tensor but got tensor with "
                 f"{value.dim()} dimensions."
             )
-        _setitem(self, Ellipsis, value)
+        _setitem(self, Ellipsis, value, "fill_")
         return self
 
     def zero_(self):
@@ -124,6 +129,13 @@ class BatchedTensor(Tensor):
         level = at.level
         size = at.elem._shape[0]  # (from the wrapper: a backward pass may run after vmap)
         row = func.row
+        if kwargs.get("out") is not None:
+            # a plain out= would receive the whole batch (and change shape under the
+            # sample's code); a batched one has no memory of its own to write (as torch)
+            raise RuntimeError(
+                f"vmap: {func.name}(..., out=...) is not supported inside vmap (as in PyTorch: "
+                "out= ops have no batching rule); use the result of the out-of-place call"
+            )
         if row.name == "as_strided":
             raise RuntimeError(
                 "vmap: as_strided inside vmap is not supported (its storage offset and "
@@ -183,6 +195,8 @@ def _wrap(result, level: int):
 def _loop(func, level, size, args, kwargs):
     """The op once per sample, the results stacked: right for every op, slow."""
     name = func.name
+    if func.inplace and not _at(args[0], level):
+        raise inplace_error(name)  # (before the warning: nothing runs)
     if name not in _warned:
         _warned.add(name)
         warnings.warn(
@@ -193,17 +207,43 @@ def _loop(func, level, size, args, kwargs):
         )
     if func.inplace:
         self = args[0]
-        if not _at(self, level):
-            raise RuntimeError(
-                f"vmap: {name}(self, ...) writes into a tensor that is not batched while "
-                "another argument is; a batched result cannot fit it (use the out-of-place "
-                f"{name[:-1]})"
-            )
         for b in range(size):
             func(*_sample(args, level, b), **_sample(kwargs, level, b))
         return self
     outs = [func(*_sample(args, level, b), **_sample(kwargs, level, b)) for b in range(size)]
     return _stack(outs, level)
+
+
+def inplace_error(name: str) -> RuntimeError:
+    """torch's error for a write of a batched value into a tensor that is not batched at the
+    value's level: each sample would write its own value into the one tensor."""
+    return RuntimeError(
+        f"vmap: {name}(self, *extra_args) is not possible because there exists a Tensor "
+        "`other` in extra_args that has more elements than `self`. This happened due to "
+        "`other` being vmapped over but `self` not being vmapped over in a vmap (self is not "
+        f"batched). Please use out-of-place operators instead of {name} (e.g. "
+        "x = x + other instead of x.add_(other), tp.where or tp.cat instead of x[i] = v)"
+    )
+
+
+def check_write(name: str, target, values) -> None:
+    """Raise ``inplace_error`` when a value among ``values`` (and their list items) is
+    batched at a level ``target`` is not batched at: the in-place ops, ``copy_``,
+    ``fill_`` and ``x[i] = v`` of plain tensors ask, so that no write is silently lost."""
+    missing = _levels_of(values) - _levels_of((target,))
+    if missing:
+        raise inplace_error(name)
+
+
+def _levels_of(values) -> set:
+    levels = set()
+    for a in values:
+        while isinstance(a, BatchedTensor):
+            levels.add(a.level)
+            a = a.elem
+        if type(a) is list or type(a) is tuple:
+            levels |= _levels_of(a)
+    return levels
 
 
 def _sample(value, level, b):
@@ -308,7 +348,7 @@ def _elementwise(func, level, size, args, kwargs):
 # elementwise rows whose shape rule checks more than broadcasting (the rule still holds)
 _ELEMENTWISE = {
     "pow", "clamp", "clamp_min", "clamp_max", "addcmul", "addcdiv", "lerp", "clone",
-    "contiguous_copy",
+    "contiguous_copy", "_to_copy",
 }  # fmt: skip
 # rows acting on the trailing dims of an input that may have leading batch dims
 _TRAILING = {"tril", "triu"}
@@ -594,9 +634,12 @@ def _fold(func, level, size, args, kwargs):
 # ---- indexing ------------------------------------------------------------------------------
 
 
-def _getitem(x, index):
+def getitem(x, index):
     """``x[index]`` for a sample, as select/narrow/unsqueeze/index_select (torch's two steps:
-    ints, slices, None and ``...`` make a view, then the tensor indices index it)."""
+    ints, slices, None and ``...`` make a view, then the tensor indices index it). Also for a
+    tensor ``x`` the batch shares indexed by a batched index (``table[idx]``: the one
+    index_select of every sample's indices, through its batching rule), which
+    ``_indexing.getitem`` hands here."""
     items = list(index) if isinstance(index, tuple) else _listed(index)
     items = [_as_index_tensor(i, x.device) for i in items]
     used = sum(_dims_used(i) for i in items)
@@ -713,7 +756,7 @@ def _check_bounds(index, n: int) -> None:
         raise IndexError(f"index {bad} is out of bounds for dimension with size {n}")
 
 
-def _setitem(x, index, value) -> None:
+def _setitem(x, index, value, name: str = "__setitem__") -> None:
     """``x[index] = value`` for a sample: the batch's write, with the batch dim in front of
     the index (and of a batched value's dims)."""
     level = x.level
@@ -728,11 +771,7 @@ def _setitem(x, index, value) -> None:
             "vmap: x[index] = value on tensors that require grad is not supported inside "
             "vmap; build the result out of place (tp.where, scatter, cat)"
         )
-    if isinstance(value, BatchedTensor) and value.level > level:
-        raise RuntimeError(
-            "vmap: x[index] = value writes a batched value into a tensor that is not batched "
-            "at that level; clone the value's batch into x first (x = x + 0 * value)"
-        )
+    check_write(name, x, (value,))
     if _at(value, level):
         target_rank = x[index].dim()
         e = value.elem

@@ -21,7 +21,6 @@ may be tuples, lists and dicts of tensors.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -67,13 +66,11 @@ def _vjp(func, primals: tuple, has_aux: bool, name: str):
     leaves = _tensor_leaves(primals, name, "primals")
     # an outer transform (or the caller's graph) differentiates through this one's result
     keep = grad_mode.is_grad_enabled() and any(p.requires_grad for p in leaves)
-    dual = any(_tangent(p) is not None for p in leaves)
     with grad_mode.enable_grad():
         fresh = [_track(p) for p in leaves]
         out = func(*_rebuild(primals, iter(fresh)))
     out, aux = _split_aux(out, has_aux, name)
     outs = _tensor_leaves(out, name, "outputs of func")
-    out_tangents = [_tangent(o) for o in outs]
 
     def vjp_fn(cotangents):
         cts = list(_flat(cotangents))
@@ -88,12 +85,15 @@ def _vjp(func, primals: tuple, has_aux: bool, name: str):
                     f"vjp_fn(cotangents): cotangent {i} has shape {list(c.shape)} but the output "
                     f"it belongs to has shape {list(o.shape)}"
                 )
-        ct_tangents = [_tangent(c) for c in cts]
-        with grad_mode.set_grad_enabled(keep or grad_mode.is_grad_enabled()), _no_tangents():
-            grads = _vjps(outs, fresh, cts, keep)
-            if dual or any(t is not None for t in ct_tangents):
-                tangents = _vjp_tangents(outs, out_tangents, fresh, cts, ct_tangents, keep)
-                grads = [forward_ad.make_dual(g, t) for g, t in zip(grads, tangents)]
+        # forward over reverse (an outer jvp/jacfwd of this gradient, tangents on the
+        # cotangents): the backward pass runs under forward mode, its saved tensors keeping
+        # their tangents, so the gradients come out as dual tensors. (autograd.grad without
+        # create_graph detaches its results, tangents too: record, and drop the graph here.)
+        dual = forward_ad.state.level is not None
+        with grad_mode.set_grad_enabled(keep or grad_mode.is_grad_enabled()):
+            grads = _vjps(outs, fresh, cts, keep or dual)
+        if dual and not keep:
+            grads = [_without_graph(g) for g in grads]
         return _rebuild(primals, iter(grads))
 
     return (out if keep else _detached(out)), vjp_fn, aux
@@ -102,31 +102,6 @@ def _vjp(func, primals: tuple, has_aux: bool, name: str):
 def _vjps(outs, inputs, cts, keep: bool) -> list:
     grads = _autograd_grad(outs, inputs, cts, create_graph=keep, retain_graph=True)
     return [_factories.zeros_like(p) if g is None else g for g, p in zip(grads, inputs)]
-
-
-def _vjp_tangents(outs, out_tangents, inputs, cts, ct_tangents, keep: bool) -> list:
-    """The tangents of ``vᵀ J(x)`` (forward over reverse: an outer ``jvp``/``jacfwd`` of a
-    gradient). Its derivative along ``x``'s tangent is ``∇ₓ(vᵀ J(x) ẋ)`` (second derivatives
-    are symmetric), and ``J(x) ẋ`` is the outputs' own tangent, recorded by autograd as a
-    function of ``x``: so one more backward pass gives it, plus ``v̇ᵀ J`` for cotangents that
-    carry tangents. (Running forward mode through the backward pass instead would need
-    every saved tensor to keep its tangent.)"""
-    pairs = [(t, c) for t, c in zip(out_tangents, cts) if t is not None]
-    pairs += [(o, t) for o, t in zip(outs, ct_tangents) if t is not None]
-    if not pairs:
-        return [_factories.zeros_like(p) for p in inputs]
-    return _vjps([a for a, _ in pairs], inputs, [b for _, b in pairs], keep)
-
-
-@contextlib.contextmanager
-def _no_tangents():
-    """Forward mode off: the backward passes here compute primal values only."""
-    state = forward_ad.state
-    busy, state.busy = state.busy, True
-    try:
-        yield
-    finally:
-        state.busy = busy
 
 
 def grad_and_value(func: Callable, argnums: int | tuple = 0, has_aux: bool = False) -> Callable:
@@ -524,6 +499,13 @@ def _detached(value):
         return t.detach() if tangent is None else forward_ad.make_dual(t.detach(), tangent)
 
     return _map_tensors(one, value)
+
+
+def _without_graph(g: Tensor) -> Tensor:
+    """``g`` and its tangent detached (nothing differentiates through them)."""
+    tangent = _tangent(g)
+    g = g.detach()
+    return g if tangent is None else forward_ad.make_dual(g, tangent.detach())
 
 
 def _map_tensors(fn, value):

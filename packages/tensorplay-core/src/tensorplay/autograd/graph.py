@@ -16,7 +16,7 @@ from types import MappingProxyType
 
 from tensorplay._native import NATIVE
 from tensorplay._tensor import Tensor, contiguous_strides
-from tensorplay.autograd import anomaly_mode, grad_mode
+from tensorplay.autograd import anomaly_mode, forward_ad, grad_mode
 
 __all__ = [
     "Node",
@@ -283,6 +283,10 @@ class SavedTensor:
 
     Outputs of the node that saves them are kept without their ``grad_fn`` (that
     would be a reference cycle); ``unpack`` re-attaches it for ``create_graph``.
+    Inside a dual level the tensor's forward-mode tangent is kept too, and ``unpack``
+    gives a dual tensor (as torch's ``SavedVariable``): a backward pass run under forward
+    mode (forward over reverse by hand, ``tp.func.jvp`` of a gradient) then differentiates
+    the formulas that read saved values (tanh's and exp's read their output).
     """
 
     __slots__ = (
@@ -293,20 +297,27 @@ class SavedTensor:
         "_node",
         "_output_nr",
         "_requires_grad",
+        "_tangent",
     )
 
     def __init__(self, t, node=None):
         self._version = t._version
         self._storage = t._storage
         self._requires_grad = t.requires_grad
+        self._tangent = None
+        dual = forward_ad.state.level is not None and not forward_ad.state.busy
         if node is not None and t.grad_fn is node:  # an output of its own node
             self._node, self._output_nr = weakref.ref(node), t._output_nr
+            if dual:
+                self._tangent = _LateTangent(t)
             t = t.detach()
             t._base = None  # the detached view's base would be the output: a cycle again
         else:
             self._node, self._output_nr = None, 0
         hooks = _saved_hooks.stack
         if hooks:
+            if dual and self._tangent is None:  # (pack may keep the values alone)
+                self._tangent = t.__dict__.get("_fw_tangent")
             pack, self._unpack = hooks[-1]
             self._packed = pack(t)
         else:
@@ -327,7 +338,41 @@ class SavedTensor:
                 t = t.detach()
                 t.requires_grad = True
                 t.grad_fn, t._output_nr = node, self._output_nr
+        tangent = self._tangent
+        if tangent is not None and forward_ad.state.level is not None:
+            if type(tangent) is _LateTangent:
+                tangent = tangent.get()
+            if tangent is not None and "_fw_tangent" not in t.__dict__:
+                if t is self._packed:
+                    t = t.view_as(t)  # (the kept tensor itself stays as it was saved)
+                t._fw_tangent = tangent
         return t
+
+
+class _LateTangent:
+    """The tangent of a saved output. The dispatcher gives an output its tangent after
+    recording its node (so that a tangent formula reading the output is differentiable),
+    so the tangent is not there when the node saves the output: read it from the output
+    while the output lives, and keep it when the output dies."""
+
+    __slots__ = ("_output", "_kept")
+
+    def __init__(self, output):
+        self._output = weakref.ref(output)
+        self._kept: list = [None]
+        # the finalizer holds the output's instance dict, not the output, and nothing here
+        # holds the finalizer: no reference cycle through the node
+        weakref.finalize(output, _keep_tangent, output.__dict__, self._kept).atexit = False
+
+    def get(self):
+        output = self._output()
+        if output is not None:
+            return output.__dict__.get("_fw_tangent")
+        return self._kept[0]
+
+
+def _keep_tangent(fields: dict, kept: list) -> None:
+    kept[0] = fields.get("_fw_tangent")
 
 
 @contextlib.contextmanager

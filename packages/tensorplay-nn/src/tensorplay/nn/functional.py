@@ -211,7 +211,12 @@ def embedding(
         if padding_idx < 0:
             padding_idx += num
     flat = input.reshape(-1)
-    if flat.numel() and (bool((flat < 0).any()) or bool((flat >= num).any())):
+    # (not readable on the host: index_select's own check of the whole batch raises)
+    if (
+        flat.numel()
+        and _host_readable(flat)
+        and (bool((flat < 0).any()) or bool((flat >= num).any()))
+    ):
         raise IndexError(
             f"embedding(): index out of range: indices must be in [0, {num}) for a weight "
             f"of shape {_shape(weight)}"
@@ -283,6 +288,11 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
                 "one_hot(): Can not infer total number of classes from empty tensor; "
                 "pass num_classes"
             )
+    elif not _host_readable(tensor):
+        if num_classes == -1:  # (each sample would infer its own number of classes)
+            raise RuntimeError(
+                "When vmap-ing one_hot(), please provide an explicit positive num_classes argument."
+            )
     elif num_classes == -1 or tensor.device.type == "cpu":
         if bool((tensor < 0).any()):
             raise RuntimeError("one_hot(): Class values must be non-negative.")
@@ -296,8 +306,10 @@ def one_hot(tensor: Tensor, num_classes: int = -1) -> Tensor:
             )
     out = tp.zeros((*tensor.shape, num_classes), dtype=tp.int64, device=tensor.device)
     # on CUDA with num_classes given, scatter checks the indices on the device (reported at
-    # the next synchronisation): a host read here would stall every step
-    return out.scatter_(-1, tensor.unsqueeze(-1), tp.ones_like(tensor).unsqueeze(-1))
+    # the next synchronisation): a host read here would stall every step; under vmap it
+    # checks the whole batch. (Out of place: under vmap the zeros are one tensor shared by
+    # the batch, which a batched write cannot land in.)
+    return out.scatter(-1, tensor.unsqueeze(-1), tp.ones_like(tensor).unsqueeze(-1))
 
 
 # --------------------------------------------------------------------------- losses
@@ -362,6 +374,14 @@ def _class_last(fn: str, input: Tensor, target: Tensor):
     return inp, target.reshape(-1), expected, c
 
 
+def _host_readable(t: Tensor) -> bool:
+    """Can ``t``'s values be read on the host here? Not those of a tensor subclass that
+    takes the ops itself (``__tensorplay_dispatch__``): inside ``vmap`` each argument is a
+    sample's view of the batch, with no values of its own to read. The bound checks then
+    fall to the ops (index_select, gather, scatter), which check the whole batch at once."""
+    return getattr(type(t), "__tensorplay_dispatch__", None) is None
+
+
 def _check_weight(fn: str, weight: Tensor | None, c: int) -> None:
     if weight is not None and (weight.ndim != 1 or weight.shape[0] != c):
         raise RuntimeError(
@@ -391,8 +411,9 @@ def _nll_loss(fn, input, target, weight, ignore_index, reduction) -> Tensor:
     safe = tp.where(valid, tgt, tp.zeros_like(tgt))
     # on CUDA the bound is checked on the device by gather (reported at the next sync): a
     # host read here would stall every training step and break CUDA graph capture. On the
-    # CPU the values are at hand: one numpy pass instead of four tensor ops per step.
-    if tgt.device.type == "cpu" and safe.numel():
+    # CPU the values are at hand: one numpy pass instead of four tensor ops per step. Under
+    # vmap they are not (a sample's view of the batch): gather checks the whole batch.
+    if tgt.device.type == "cpu" and safe.numel() and _host_readable(safe):
         values = safe.numpy()
         low, high = values < 0, values >= c
         if low.any() or high.any():
