@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import tensorplay as tp
 from tensorplay import oplib
 
 KERNELS = r"""
@@ -281,3 +282,27 @@ def test_a_failed_build_keeps_the_previous_library(tmp_path, kernels):
         oplib.build(tmp_path / "ops.yaml", out, check=True)
     assert {p.name: p.read_bytes() for p in good.iterdir()} == before
     assert [p.name for p in out.iterdir()] == [good.name]  # no staging folder left
+
+
+def test_a_damaged_metadata_file_says_to_rebuild(tmp_path, kernels):
+    text = GOOD_OP.format(ns="damaged", kernels=kernels, formula="grad * 2")
+    built = oplib.build(write(tmp_path, text), tmp_path / "out")
+    meta = json.loads((built / "oplib.json").read_text())
+    del meta["ops"][0]["kernels"]
+    (built / "oplib.json").write_text(json.dumps(meta))
+    with pytest.raises(oplib.OplibError, match=r"is damaged \(KeyError: 'kernels'\); rebuild"):
+        oplib.load(built)
+
+
+def test_a_formula_in_a_built_library_is_held_to_the_whitelist_before_it_compiles(
+    tmp_path, kernels
+):
+    text = GOOD_OP.format(ns="edited_formula", kernels=kernels, formula="grad * 2")
+    built = oplib.build(write(tmp_path, text), tmp_path / "out")
+    meta = json.loads((built / "oplib.json").read_text())
+    meta["ops"][0]["derivatives"]["x"] = "grad.__class__"
+    (built / "oplib.json").write_text(json.dumps(meta))
+    lib = oplib.load(built)  # loading trusts the builder's file: formulas are read on use
+    x = tp.ones(2, requires_grad=True)
+    with pytest.raises(oplib.OplibError, match="attribute '__class__' is private"):
+        lib.ops["twice"](x)

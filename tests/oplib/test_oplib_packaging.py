@@ -157,3 +157,19 @@ def test_the_cli_reports_a_bad_definition_with_its_line(tmp_path):
 
 def test_installed_reads_the_metadata_of_installed_libraries():
     assert all("namespace" in lib for lib in oplib.installed())
+
+
+def test_installed_oplibs_and_versions_come_from_the_metadata(site):
+    proc = run(
+        site,
+        "import importlib.metadata as md\n"
+        "from tensorplay._extension import distribution_version, installed_oplibs\n"
+        "ours = sorted((e.name, e.value, e.dist.name, e.dist.version)\n"
+        "              for eps in installed_oplibs().values() for e in eps)\n"
+        "theirs = sorted((e.name, e.value, e.dist.name, e.dist.version)\n"
+        "                for e in md.entry_points(group='tensorplay.oplibs'))\n"
+        "assert ours == theirs and ('oplib_example' in dict((n, v) for n, v, *_ in ours)), ours\n"
+        "assert distribution_version('apache-tvm-ffi') == md.version('apache-tvm-ffi')\n"
+        "assert distribution_version('no-such-distribution') is None\n",
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -35,6 +35,9 @@ __all__ = [
     "register_dispatch_rule",
     "register_op_name",
     "unregister_op_name",
+    "OPLIB_ENTRY_POINT_GROUP",
+    "installed_oplibs",
+    "distribution_version",
     "DLPACK_DTYPES",
     "DLTensor",
     "data_ptr_of",
@@ -58,6 +61,17 @@ dispatch_state = state
 register_op_name = _ops.add
 #: ``unregister_op_name(namespace, name)`` withdraws it (and an emptied namespace).
 unregister_op_name = _ops.remove
+
+# ---- installed operator libraries (tensorplay-oplib) -------------------------------------------
+#: The entry-point group an op library's wheel declares (``<namespace> = <module>:register``);
+#: ``tp.ops.<namespace>`` loads it on first access.
+OPLIB_ENTRY_POINT_GROUP = _ops.ENTRY_POINT_GROUP
+#: ``installed_oplibs()``: namespace -> the entry points of that group claiming it (each with
+#: ``name``, ``value``, ``module``, ``dist.name``, ``dist.version``, ``load()``).
+installed_oplibs = _ops.installed_libraries
+#: ``distribution_version(name)``: an installed distribution's version, or None; read from
+#: its metadata (the apache-tvm-ffi ABI check when a library loads).
+distribution_version = _ops.distribution_version
 
 # ---- DLPack ---------------------------------------------------------------------------------
 # DLTensor: the ctypes layout of DLPack's DLTensor. DLPACK_DTYPES: (code, bits) -> dtype.

@@ -19,7 +19,15 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from importlib.metadata import EntryPoint
 
-__all__ = ["ops", "add", "remove", "lookup", "ENTRY_POINT_GROUP", "installed_libraries"]
+__all__ = [
+    "ops",
+    "add",
+    "remove",
+    "lookup",
+    "ENTRY_POINT_GROUP",
+    "installed_libraries",
+    "distribution_version",
+]
 
 #: The entry-point group of installed operator libraries: name = the namespace they define,
 #: value = a callable that registers their operators.
@@ -63,6 +71,26 @@ def lookup(namespace: str, name: str) -> Any | None:
     return _table.get(namespace, {}).get(name)
 
 
+# ---- installed distributions (importlib.metadata, imported on the first miss only) ----------
+
+
+def _read_entry_points(group: str) -> list:
+    import importlib.metadata  # noqa: PLC0415 - ~15 ms: only a miss (or the report) pays it
+
+    return list(importlib.metadata.entry_points(group=group))
+
+
+def distribution_version(name: str) -> str | None:
+    """The version of the installed distribution ``name`` (None: not installed)
+    (tensorplay-oplib checks the apache-tvm-ffi ABI with it)."""
+    import importlib.metadata  # noqa: PLC0415
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 # ---- installed operator libraries (entry points) ----------------------------------------------
 
 # Scanning the installed distributions costs milliseconds: done once, on the first miss.
@@ -78,11 +106,8 @@ def installed_libraries() -> dict[str, list[EntryPoint]]:
     global _entry_points
     with _load_lock:
         if _entry_points is None:
-            # importing importlib.metadata takes ~15 ms: only a miss (or the report) pays it
-            import importlib.metadata  # noqa: PLC0415
-
             found: dict[str, list[EntryPoint]] = {}
-            for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            for ep in _read_entry_points(ENTRY_POINT_GROUP):
                 found.setdefault(ep.name, []).append(ep)
             _entry_points = found
         return _entry_points

@@ -6,6 +6,10 @@ parsed (PyTorch's grammar, the subset custom operators use) and checked against 
 function and ``mutates_args``; the text is kept verbatim for introspection, and the
 parsed ``Schema`` is what ``tp.ops.ns.op.default._schema`` returns (``str()`` writes it
 back in PyTorch's spelling).
+
+``parse_schema``, ``Schema`` and ``Argument`` are also tensorplay-oplib's (internal, like
+``tensorplay._extension`` for core): an op library's schemas are read by this grammar, with
+its own restrictions on top, so a schema means the same to both. Change them together.
 """
 
 from __future__ import annotations
@@ -283,7 +287,19 @@ def parse_schema(schema: str, *, where: str = "schema") -> Schema:
     ``parse_schema("y(Tensor x -> Tensor")`` says "expected ',' or ')' at position 11,
     found '->'" and marks the position under the text.
     """
-    return _Parser(schema, where).schema()
+    parsed = _parsed.get(schema)
+    if parsed is None:
+        parsed = _Parser(schema, where).schema()
+        if len(_parsed) < _PARSED_KEPT:
+            _parsed[schema] = parsed
+    return parsed
+
+
+# Schema text -> its parse. A schema is parsed where an operator is defined and again where
+# its definition is checked, and many operators share one signature; a Schema is immutable,
+# so they can share the object. Bounded: the texts come from user code.
+_parsed: dict[str, Schema] = {}
+_PARSED_KEPT = 4096
 
 
 class _Parser:

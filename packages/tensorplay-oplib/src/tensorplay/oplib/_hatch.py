@@ -38,8 +38,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 from hatchling.metadata.plugin.interface import MetadataHookInterface
 from hatchling.plugin import hookimpl
 
+from tensorplay._extension import OPLIB_ENTRY_POINT_GROUP
 from tensorplay.oplib._build import build
-from tensorplay.oplib._installed import ENTRY_POINT_GROUP
 from tensorplay.oplib._spec import LibrarySpec
 from tensorplay.oplib._wheel import entry_point, platform_tag, requirement
 
@@ -122,7 +122,7 @@ class OplibMetadataHook(MetadataHookInterface):
         if config is None:
             raise ValueError(f"{_TABLE} is missing: it names the op library's schema file")
         namespace = LibrarySpec.from_yaml(_schema_path(self.root, config)).namespace
-        metadata["entry-points"] = {ENTRY_POINT_GROUP: {namespace: entry_point(namespace)}}
+        metadata["entry-points"] = {OPLIB_ENTRY_POINT_GROUP: {namespace: entry_point(namespace)}}
 
 
 @hookimpl

@@ -1,21 +1,22 @@
 """The op libraries installed in this environment, read from their metadata only.
 
-Found through the entry-point group ``tensorplay.oplibs`` (what ``tp.ops.<namespace>``
-loads on first access); each library's ``oplib.json`` is read from its package folder,
-located without importing the package and without opening its shared libraries.
+Found through the entry-point group of op libraries (core's, ``tensorplay._extension``'s
+``OPLIB_ENTRY_POINT_GROUP``: what ``tp.ops.<namespace>`` loads on first access), scanned
+once per process as that seam scans it; each library's ``oplib.json`` is read from its
+package folder, located without importing the package and without opening its shared
+libraries.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
-from pathlib import Path
+import os
 from typing import Any
 
-__all__ = ["installed", "ENTRY_POINT_GROUP"]
+from tensorplay._extension import installed_oplibs
 
-ENTRY_POINT_GROUP = "tensorplay.oplibs"
+__all__ = ["installed"]
 
 
 def installed() -> list[dict[str, Any]]:
@@ -24,10 +25,9 @@ def installed() -> list[dict[str, Any]]:
     devices with a kernel), ``not_built``; ``error`` instead when the metadata cannot be
     read."""
     found = []
-    for ep in sorted(
-        importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name
-    ):
-        dist = getattr(ep, "dist", None)
+    entry_points = [ep for eps in installed_oplibs().values() for ep in eps]
+    for ep in sorted(entry_points, key=lambda e: e.name):
+        dist = ep.dist
         info: dict[str, Any] = {
             "namespace": ep.name,
             "distribution": dist.name if dist is not None else None,
@@ -50,5 +50,6 @@ def _metadata(module: str) -> dict[str, Any]:
     spec = importlib.util.find_spec(module) if "." not in module else None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(f"the package {module!r} of the entry point is not installed")
-    path = Path(next(iter(spec.submodule_search_locations))) / "oplib.json"
-    return json.loads(path.read_text(encoding="utf-8"))
+    path = os.path.join(next(iter(spec.submodule_search_locations)), "oplib.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)

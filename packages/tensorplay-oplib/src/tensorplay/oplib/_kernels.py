@@ -37,17 +37,20 @@ __all__ = ["signature", "Binder", "make_kernel", "make_fake", "missing_kernel"]
 
 
 def signature(schema: OpSchema) -> inspect.Signature:
-    """The operator's Python signature (names, defaults, keyword-only), from its schema."""
-    params = []
-    for a in schema.args:
-        kind = (
-            inspect.Parameter.KEYWORD_ONLY
-            if a.kwarg_only
-            else inspect.Parameter.POSITIONAL_OR_KEYWORD
-        )
-        default = a.default if a.has_default else inspect.Parameter.empty
-        params.append(inspect.Parameter(a.name, kind, default=default))
-    return inspect.Signature(params)
+    """The operator's Python signature (names, defaults, keyword-only), from its schema;
+    made once per schema (each device's kernel and the fake kernel carry it)."""
+    if schema.signature is None:
+        params = []
+        for a in schema.args:
+            kind = (
+                inspect.Parameter.KEYWORD_ONLY
+                if a.kwarg_only
+                else inspect.Parameter.POSITIONAL_OR_KEYWORD
+            )
+            default = a.default if a.has_default else inspect.Parameter.empty
+            params.append(inspect.Parameter(a.name, kind, default=default))
+        schema.signature = inspect.Signature(params)
+    return schema.signature
 
 
 class Binder:

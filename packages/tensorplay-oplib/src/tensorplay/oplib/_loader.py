@@ -3,10 +3,11 @@
 A built library is a folder (inside an installed wheel: the package
 ``_tensorplay_oplib_<namespace>``) holding ``oplib.json`` (the checked definition and what
 it was built with) and one shared library per device. ``load`` reads the JSON, refuses a
-library built for another TensorPlay version or tvm-ffi ABI, checks the definition again
-(``LibrarySpec.from_json``: the same checks as at build time) and registers every operator
-with ``tensorplay.library.custom_op``: the generated operators are custom ops, so opcheck,
-graph capture, the profiler, overrides and modes treat them as any other.
+library built for another metadata format, TensorPlay version, tvm-ffi ABI or platform,
+reads the definition the build checked (``LibrarySpec.from_json``, which trusts it) and
+registers every operator with ``tensorplay.library.custom_op``: the generated operators are
+custom ops, so opcheck, graph capture, the profiler, overrides and modes treat them as any
+other.
 
 The shared libraries are opened on the first call of a kernel of their device, not at
 registration: registering stays cheap (importing tvm-ffi is not), and a CPU-only machine
@@ -15,7 +16,6 @@ never opens the CUDA library.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import sysconfig
 import threading
@@ -25,6 +25,7 @@ from typing import Any
 
 import tensorplay as tp
 from tensorplay import library
+from tensorplay._extension import distribution_version
 from tensorplay.oplib._errors import OplibError
 from tensorplay.oplib._kernels import make_fake, make_kernel, missing_kernel
 from tensorplay.oplib._spec import DEVICES, FORMAT, LibrarySpec, OpSpec
@@ -38,11 +39,9 @@ _loaded: dict[str, OpLibrary] = {}
 
 
 def tvm_ffi_version() -> str | None:
-    """The installed apache-tvm-ffi's version, read without importing it (slow)."""
-    try:
-        return importlib.metadata.version("apache-tvm-ffi")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    """The installed apache-tvm-ffi's version, read from its metadata: importing tvm-ffi
+    takes far longer than loading a library."""
+    return distribution_version("apache-tvm-ffi")
 
 
 def _abi(version: str | None) -> str | None:
@@ -242,11 +241,10 @@ def _missing(op: OpSpec, device: str, not_built: Mapping[str, str]) -> str:
 
 
 def _bind_formulas(lib: OpLibrary) -> None:
-    """Register each operator's autograd. Its formulas (checked already) are compiled on
-    the first backward through the operator: loading a library must stay cheap, and a
-    formula may call any operator of the library, so all of them must exist by then."""
+    """Register each operator's autograd (its formulas are read on first use, see
+    ``_autograd``)."""
     for op in lib.spec.ops:
-        if op.derivatives:
+        if op.has_derivatives:
             setup, backward = _autograd(op, lib.ops)
             lib.ops[op.name].register_autograd(backward, setup_context=setup)
         elif op.schema.returns:
@@ -270,22 +268,38 @@ def _autograd(op: OpSpec, ops: Mapping[str, Any]) -> tuple[Callable[..., Any], C
     """``setup_context`` saves what the formulas use; ``backward`` evaluates them."""
     args = op.schema.args
     pos = {a.name: i for i, a in enumerate(args)}
-    used = {n for e in op.derivatives.values() for n in e.names}
-    saved_tensors = [a.name for a in args if a.is_tensor and a.name in used]
-    saved_values = [a.name for a in args if not a.is_tensor and a.name in used]
-    keep_results = bool(used & {"result", "results"})
-    formulas = [(i, op.derivatives.get(a.name)) for i, a in enumerate(args)]
+    plan: list[tuple] = []  # (saved tensors, saved values, keep results, formulas), on first use
+
+    def prepare() -> tuple:
+        # The formulas are parsed, checked and compiled by the first call that records
+        # autograd: loading a library must stay cheap, and a formula may call any operator
+        # of the library, so all of them must exist by then. Preparing twice (two threads)
+        # gives the same plan.
+        if not plan:
+            derivatives = op.derivatives
+            for expr in derivatives.values():
+                if expr.fn is None:
+                    expr.bind(ops)
+            used = {n for e in derivatives.values() for n in e.names}
+            plan.append(
+                (
+                    [a.name for a in args if a.is_tensor and a.name in used],
+                    [a.name for a in args if not a.is_tensor and a.name in used],
+                    bool(used & {"result", "results"}),
+                    [(i, derivatives.get(a.name)) for i, a in enumerate(args)],
+                )
+            )
+        return plan[0]
 
     def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+        saved_tensors, saved_values, keep_results, _ = prepare()
         outs = tuple(output) if isinstance(output, tuple) else (output,)
         tensors = [inputs[pos[n]] for n in saved_tensors]
         ctx.save_for_backward(*tensors, *(outs if keep_results else ()))
         ctx.oplib_values = {n: inputs[pos[n]] for n in saved_values}
 
     def backward(ctx: Any, *grads: Any) -> tuple:
-        for expr in op.derivatives.values():
-            if expr.fn is None:  # the first backward compiles them (binding twice is harmless)
-                expr.bind(ops)
+        saved_tensors, _, _, formulas = prepare()
         saved = ctx.saved_tensors
         env = dict(zip(saved_tensors, saved))
         env.update(ctx.oplib_values)

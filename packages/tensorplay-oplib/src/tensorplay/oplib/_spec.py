@@ -1,9 +1,12 @@
 """The definition of an op library, checked: ``LibrarySpec`` holds ``OpSpec``s.
 
 Read from the YAML file (``from_yaml``) at build time, written into the built library as
-JSON (``to_json``) and read back from it (``from_json``) when the library is loaded; both
-readers run the same checks, so what a library registers has always passed them, whoever
-wrote the JSON. The YAML keys (unknown ones are errors, with the line)::
+JSON (``to_json``) and read back from it (``from_json``) when the library is loaded. The
+build runs every check; loading trusts the JSON the builder wrote (its format, TensorPlay
+version, tvm-ffi ABI and platform are checked first, ``_loader.check_built_for_this``) and
+reads only what registering needs, so a library loads without paying for its checks again.
+Derivative formulas are still checked against the whitelist before they are compiled,
+whoever wrote the JSON (on first use). The YAML keys (unknown ones are errors, with the line)::
 
     namespace: mylib                 # tp.ops.mylib
     sources:   {cpp: [kernels.cc], cuda: [kernels.cu]}   # relative to the YAML file
@@ -60,7 +63,13 @@ def _unknown(node: Mapping, allowed: tuple[str, ...], where: Where, what: str) -
 
 
 class OpSpec:
-    """One operator: schema, kernels per device, shape rules, derivatives, tags."""
+    """One operator: schema, kernels per device, shape rules, derivatives, tags.
+
+    With ``built``, ``raw`` is an entry of a built library's ``oplib.json``, written by the
+    builder from a definition that passed every check here: only what registering needs is
+    read (the schema's structure, the shape rules), and the derivative formulas are parsed
+    and checked when first used.
+    """
 
     def __init__(
         self,
@@ -70,35 +79,64 @@ class OpSpec:
         file: str,
         line: int | None,
         op_names: frozenset[str],
+        *,
+        built: bool = False,
     ):
         where = Where(file, line)
-        if not isinstance(raw, Mapping):
-            raise OplibError(
-                where, f"an entry of 'ops' must be a mapping with a schema, got {raw!r}"
-            )
-        if "schema" not in raw:
-            _unknown(raw, _OP_KEYS, where, "an operator")
-            raise OplibError(where, "the operator has no 'schema'")
+        if not built:
+            if not isinstance(raw, Mapping):
+                raise OplibError(
+                    where, f"an entry of 'ops' must be a mapping with a schema, got {raw!r}"
+                )
+            if "schema" not in raw:
+                _unknown(raw, _OP_KEYS, where, "an operator")
+                raise OplibError(where, "the operator has no 'schema'")
         at = {k: where.at(lines.get(k)) for k in _OP_KEYS}
-        self.schema = _schema.parse(raw["schema"], namespace, at["schema"])
+        self.schema = _schema.parse(raw["schema"], namespace, at["schema"], check=not built)
         self.name = self.schema.name
         self.qualname = f"{namespace}::{self.name}"
         self.line = line
         at = {k: w.at(None, self.qualname) for k, w in at.items()}
         self.where = where.at(None, self.qualname)
-        _unknown(raw, _OP_KEYS, self.where, "an operator")
-        self.kernels = self._kernels(raw.get("kernels"), at["kernels"])
+        if not built:
+            _unknown(raw, _OP_KEYS, self.where, "an operator")
+        self.kernels = (
+            dict(raw["kernels"]) if built else self._kernels(raw.get("kernels"), at["kernels"])
+        )
         self.fake_json = raw.get("fake")
         self.fake: list[OutputRule] = parse_rules(raw.get("fake"), self.schema, at["fake"])
-        self.tags = self._tags(raw.get("tags", []), at["tags"])
-        self.doc = raw.get("doc")
-        if self.doc is not None and not isinstance(self.doc, str):
-            raise OplibError(at["doc"], "doc must be a string")
-        self.derivatives = self._derivatives(
-            raw.get("derivatives"), at["derivatives"], lines.get("derivative_lines"), op_names
+        self.tags = (
+            list(raw.get("tags", [])) if built else self._tags(raw.get("tags", []), at["tags"])
         )
-        self.check = self._check(raw.get("check"), at["check"])
+        self.doc = raw.get("doc")
+        if not built and self.doc is not None and not isinstance(self.doc, str):
+            raise OplibError(at["doc"], "doc must be a string")
+        self._formulas = (
+            raw.get("derivatives"),
+            at["derivatives"],
+            lines.get("derivative_lines"),
+            op_names,
+        )
+        # checked now when building (a bad formula is reported before anything compiles)
+        self._derivatives: dict[str, Expression] | None = (
+            None if built else self._read_derivatives()
+        )
+        self.check = (
+            dict(raw.get("check") or {}) if built else self._check(raw.get("check"), at["check"])
+        )
         self._lines = {k: v for k, v in lines.items() if k in _OP_KEYS}
+
+    @property
+    def derivatives(self) -> dict[str, Expression]:
+        """Input name -> its formula, checked (on first use, for a built library)."""
+        if self._derivatives is None:
+            self._derivatives = self._read_derivatives()
+        return self._derivatives
+
+    @property
+    def has_derivatives(self) -> bool:
+        """Whether the definition gives formulas (without parsing them)."""
+        return bool(self._formulas[0])
 
     # ---- the parts ----
     def _kernels(self, value: Any, where: Where) -> dict[str, str]:
@@ -131,9 +169,8 @@ class OpSpec:
                 raise OplibError(where, f"unknown tag {t!r}; the tags are {sorted(TAGS)}")
         return list(value)
 
-    def _derivatives(
-        self, value: Any, where: Where, json_lines: Any, op_names: frozenset[str]
-    ) -> dict[str, Expression]:
+    def _read_derivatives(self) -> dict[str, Expression]:
+        value, where, json_lines, op_names = self._formulas
         if value is None:
             return {}
         if not isinstance(value, Mapping):
@@ -255,7 +292,7 @@ class LibrarySpec:
             line = item_lines[i] if op_lines is None else op_lines[i]
             op_line_table = _lines(op) if op_lines is None else op.get("lines", {})
             body = op if op_lines is None else {k: v for k, v in op.items() if k in _OP_KEYS}
-            spec = OpSpec(body, op_line_table, ns, file, line, names)
+            spec = OpSpec(body, op_line_table, ns, file, line, names, built=op_lines is not None)
             if spec.name in seen:
                 raise OplibError(
                     spec.where.at(line),
@@ -297,12 +334,18 @@ class LibrarySpec:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], file: str) -> LibrarySpec:
-        ops = data.get("ops", [])
-        raw = {
-            "namespace": data.get("namespace"),
-            "ops": [{k: v for k, v in op.items()} for op in ops],
-        }
-        return cls(raw, file, op_lines=[op.get("line") for op in ops])
+        """The definition in a built library's ``oplib.json`` (see ``OpSpec``'s ``built``);
+        ``OplibError`` if the file is not the builder's (damaged, or written by hand)."""
+        try:
+            ops = data["ops"]
+            raw = {"namespace": data["namespace"], "ops": [dict(op) for op in ops]}
+            return cls(raw, file, op_lines=[op.get("line") for op in ops])
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise OplibError(
+                file,
+                f"the built library's {file} is damaged ({type(exc).__name__}: {exc}); "
+                "rebuild and reinstall the library",
+            ) from None
 
     def op(self, name: str) -> OpSpec:
         return next(o for o in self.ops if o.name == name)

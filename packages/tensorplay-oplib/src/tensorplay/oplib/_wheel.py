@@ -21,8 +21,8 @@ import zipfile
 from pathlib import Path
 
 import tensorplay as tp
+from tensorplay._extension import OPLIB_ENTRY_POINT_GROUP
 from tensorplay.oplib._build import build, package_name
-from tensorplay.oplib._installed import ENTRY_POINT_GROUP
 
 __all__ = ["build_wheel", "platform_tag", "entry_point", "requirement"]
 
@@ -86,7 +86,7 @@ def build_wheel(
         wheel = (
             f"Wheel-Version: 1.0\nGenerator: tensorplay-oplib\nRoot-Is-Purelib: false\nTag: {tag}\n"
         )
-        entry = f"[{ENTRY_POINT_GROUP}]\n{namespace} = {entry_point(namespace)}\n"
+        entry = f"[{OPLIB_ENTRY_POINT_GROUP}]\n{namespace} = {entry_point(namespace)}\n"
         files += [
             (f"{dist_info}/METADATA", meta.encode()),
             (f"{dist_info}/WHEEL", wheel.encode()),
