@@ -166,4 +166,6 @@ def test_softmax_backward_rows_match_numpy(launched, shape, dtype, log):
     else:
         want = out * (g - (g * out).sum(-1, keepdims=True))
     assert launched == [name.strip("_").replace("_data", "")]
-    np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype))
+    # float32: a row's sum of 3000 terms carries ~1e-5 of rounding, scaled by exp(out)
+    tol = {"rtol": 1e-4, "atol": 1e-4} if dtype is tp.float32 else _tol(dtype)
+    np.testing.assert_allclose(got.cpu().numpy(), want, **tol)
