@@ -297,3 +297,28 @@ def test_check_batched_grad_passes_on_correct_ops():
     assert tp.autograd.gradgradcheck(
         lambda a: (a.tanh() ** 2).sum(0), (a,), check_batched_grad=True
     )
+
+
+@pytest.mark.parametrize(
+    "f",
+    [lambda x: x.tanh(), lambda x: x * x * x, lambda x: (x @ x.T) ** 2],
+    ids=["tanh", "cube", "matmul"],
+)
+def test_a_gradient_without_create_graph_keeps_its_tangent_as_in_torch(torch, f):
+    import torch.autograd.forward_ad as torch_fwAD  # (torch is optional: the fixture skips)
+
+    p, t = _rand(3, 4, seed=5), _rand(3, 4, seed=6)
+
+    def forward_over_reverse(lib, fw):
+        with fw.dual_level():
+            x = fw.make_dual(lib.tensor(p).requires_grad_(), lib.tensor(t))
+            (g,) = lib.autograd.grad(f(x).sum(), x)  # create_graph=False
+            primal, tangent = fw.unpack_dual(g)
+            return g.requires_grad, primal, tangent
+
+    got_rg, got, got_t = forward_over_reverse(tp, fwAD)
+    want_rg, want, want_t = forward_over_reverse(torch, torch_fwAD)
+    assert got_rg is want_rg is False
+    assert want_t is not None and got_t is not None
+    _close(got, want)
+    _close(got_t, want_t)

@@ -8,8 +8,7 @@ CPU (torch at one intra-op thread, its faster setting on small machines):
 - the Jacobian of tanh(W @ x), R^256 -> R^256: tp.func.jacrev (vmap over the basis) against
   tp.autograd.functional.jacobian (a loop of backward passes): target >= 10x faster;
 - the same Jacobian by forward mode, R^64 -> R^64: tp.func.jacfwd (vmap over the tangent
-  basis, batched forward AD) against jacobian(strategy="forward-mode") (a loop of dual
-  evaluations);
+  basis, batched forward AD) against a loop of tp.func.jvp, one per basis vector;
 - the Hessian of sum(tanh(W @ x)^2), x in R^32: tp.func.hessian (jacfwd over jacrev)
   against tp.autograd.functional.hessian (loops of double backward passes).
 
@@ -99,11 +98,10 @@ def jacobian_forward() -> dict:
     def f(v):
         return tp.tanh(w @ v)
 
+    basis = tp.eye(64, dtype=tp.float64)
     cands = {
         "tp vmap": lambda: tp.func.jacfwd(f)(x),
-        "tp loop": lambda: tp.autograd.functional.jacobian(
-            f, x, strategy="forward-mode", vectorize=True
-        ),
+        "tp loop": lambda: tp.stack([tp.func.jvp(f, (x,), (e,))[1] for e in basis], -1),
     }
     if torch is not None:
         tw, tx = torch.from_numpy(w.numpy()), torch.from_numpy(x.numpy())

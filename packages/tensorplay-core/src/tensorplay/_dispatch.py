@@ -133,6 +133,10 @@ class _NoDispatchModes:
     def wanted(values) -> bool:
         return False
 
+    @staticmethod
+    def claims(targs, params) -> bool:
+        return False
+
 
 dispatch_modes = _NoDispatchModes  # tensorplay.utils._python_dispatch, via register_dispatch_modes
 
@@ -156,7 +160,8 @@ def register_overrides(handler) -> None:
 
 def register_dispatch_modes(modes) -> None:
     """The dispatch-mode layer (below autograd): ``modes.active()``, ``modes.wanted(values)``
-    (a mode, or a ``__tensorplay_dispatch__`` subclass among the values) and ``modes.run(...)``.
+    (a mode, or a ``__tensorplay_dispatch__`` subclass among the values), ``modes.claims(targs,
+    params)`` (such a subclass that the override layer would pass on) and ``modes.run(...)``.
     Called once, by ``tensorplay.utils._python_dispatch`` at import."""
     global dispatch_modes
     dispatch_modes = modes
@@ -405,10 +410,18 @@ def call(
     # neither a Tensor nor a number (nor a list/tuple of them), with out=, or with a
     # layer active (state.plain off) pays for the full check; the common call costs
     # ~0.2 µs here, and plain-Tensor calls on the fast path never get here.
-    if (
-        not state.plain or out is not None or _unusual(targs, params)
-    ) and overrides_hook.needs_dispatch(targs, params, out):
-        return overrides_hook.dispatch(row, targs, params, out, inplace)
+    if not state.plain or out is not None or _unusual(targs, params):
+        if (
+            state.plain
+            and out is None
+            and row.kind != "tensor_op"
+            and dispatch_modes.claims(targs, params)
+        ):
+            # a wrapper subclass (vmap's BatchedTensor) with no layer active: the override
+            # layer would only call the op again and execute() would send it below autograd
+            return _below_autograd_mode(row, targs, params, None, inplace)
+        if overrides_hook.needs_dispatch(targs, params, out):
+            return overrides_hook.dispatch(row, targs, params, out, inplace)
     if layers:
         return _through_layers(0, row, targs, params, out, inplace)
     return execute(row, targs, params, out, inplace)

@@ -49,7 +49,7 @@ from typing import Any
 from tensorplay import _factories, _meta
 from tensorplay._dispatch import OPS
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine, forward_ad, function
+from tensorplay.autograd import engine, forward_ad, function, grad_mode
 from tensorplay.autograd.function import Function
 from tensorplay.autograd.grad_mode import is_grad_enabled
 from tensorplay.utils import _python_dispatch
@@ -122,36 +122,57 @@ class BatchedTensor(Tensor):
 
     @classmethod
     def __tensorplay_dispatch__(cls, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        at = _innermost(args, None)
-        if kwargs:
-            at = _innermost(kwargs.values(), at)
-        level = at.level
-        size = at.elem._shape[0]  # (from the wrapper: a backward pass may run after vmap)
-        row = func.row
-        if kwargs.get("out") is not None:
-            # a plain out= would receive the whole batch (and change shape under the
-            # sample's code); a batched one has no memory of its own to write (as torch)
-            raise RuntimeError(
-                f"vmap: {func.name}(..., out=...) is not supported inside vmap (as in PyTorch: "
-                "out= ops have no batching rule); use the result of the out-of-place call"
-            )
-        if row.name == "as_strided":
-            raise RuntimeError(
-                "vmap: as_strided inside vmap is not supported (its storage offset and "
-                "strides are absolute, not per sample); use view, reshape, narrow or select"
-            )
-        if row.kind == "tensor_op":
-            rule = getattr(row, "_vmap", None)
-            if rule is not None:
-                return _custom_rule(rule, func, level, size, args, kwargs)
-            return _loop(func, level, size, args, kwargs)
-        rule = _rule(row, func)
+        return _batched(func, args, kwargs or {})
+
+
+def _batched(func, args: tuple, kwargs: dict):
+    """The op on the batch: ``args``/``kwargs`` are the user's call or the dispatcher's
+    (tensor inputs, every parameter by name: ``register_row_handler``), both of which
+    ``func`` takes as they are. The rules run below autograd, as ``func`` does: autograd
+    records this op around the handler, so the rules' own reshapes of shared tensors that
+    require grad would only add graph nodes nobody reads."""
+    fw, gm = forward_ad.state, grad_mode.state
+    busy, fw.busy = fw.busy, True
+    enabled, gm.enabled = gm.enabled, False
+    try:
+        return _batched_rule(func, args, kwargs)
+    finally:
+        fw.busy, gm.enabled = busy, enabled
+
+
+def _batched_rule(func, args: tuple, kwargs: dict):
+    at = _innermost(args, None)
+    if kwargs:
+        at = _innermost(kwargs.values(), at)
+    level = at.level
+    size = at.elem._shape[0]  # (from the wrapper: a backward pass may run after vmap)
+    row = func.row
+    if kwargs.get("out") is not None:
+        # a plain out= would receive the whole batch (and change shape under the
+        # sample's code); a batched one has no memory of its own to write (as torch)
+        raise RuntimeError(
+            f"vmap: {func.name}(..., out=...) is not supported inside vmap (as in PyTorch: "
+            "out= ops have no batching rule); use the result of the out-of-place call"
+        )
+    if row.name == "as_strided":
+        raise RuntimeError(
+            "vmap: as_strided inside vmap is not supported (its storage offset and "
+            "strides are absolute, not per sample); use view, reshape, narrow or select"
+        )
+    if row.kind == "tensor_op":
+        rule = getattr(row, "_vmap", None)
         if rule is not None:
-            result = rule(func, level, size, args, kwargs)
-            if result is not NotImplemented:
-                return result
+            return _custom_rule(rule, func, level, size, args, kwargs)
         return _loop(func, level, size, args, kwargs)
+    rule = _rule(row, func)
+    if rule is not None:
+        result = rule(func, level, size, args, kwargs)
+        if result is not NotImplemented:
+            return result
+    return _loop(func, level, size, args, kwargs)
+
+
+_python_dispatch.register_row_handler(BatchedTensor, _batched)
 
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -331,18 +352,30 @@ def _elementwise(func, level, size, args, kwargs):
     """Batched operands get the batch in front of their broadcast dims."""
     if func.inplace and not _at(args[0], level):
         return NotImplemented  # the loop's error
-    values = (*args, *kwargs.values()) if kwargs else args
-    rank = max(len(a._shape) for a in values if isinstance(a, Tensor))  # the broadcast rank
-
-    def align(x):
-        if isinstance(x, BatchedTensor) and x.level == level:
-            e = x.elem
-            pad = rank - len(x._shape)
-            return e.reshape(e._shape[0], *([1] * pad), *e._shape[1:]) if pad else e
-        return x
-
-    out = func(*[align(x) for x in args], **{k: align(v) for k, v in kwargs.items()})
+    if kwargs:
+        # parameters at their defaults are left out (the dispatcher's form names them all):
+        # the op's plain call then takes its fast path
+        defaults = func.row.defaults
+        kwargs = {k: v for k, v in kwargs.items() if v is not defaults.get(k, _UNSET)}
+    rank = 0  # the broadcast rank
+    for a in (*args, *kwargs.values()) if kwargs else args:
+        if isinstance(a, Tensor) and len(a._shape) > rank:
+            rank = len(a._shape)
+    aligned = [_align(x, level, rank) for x in args]
+    if kwargs:
+        out = func(*aligned, **{k: _align(v, level, rank) for k, v in kwargs.items()})
+    else:
+        out = func(*aligned)
     return args[0] if func.inplace else _wrap(out, level)
+
+
+def _align(x, level: int, rank: int):
+    """A batched operand's batch, with 1s after the batch up to ``rank`` sample dims."""
+    if isinstance(x, BatchedTensor) and x.level == level:
+        e = x.elem
+        pad = rank - len(x._shape)
+        return e.reshape(e._shape[0], *([1] * pad), *e._shape[1:]) if pad else e
+    return x
 
 
 # elementwise rows whose shape rule checks more than broadcasting (the rule still holds)
@@ -390,8 +423,11 @@ def _dims(func, level, size, args, kwargs):
     b = _bind(row, args, kwargs)
     first = next(iter(_defaults(row)))
     x = b[first]
-    if not _at(x, level) or any(_at(v, level) for k, v in b.items() if k != first):
+    if not _at(x, level):
         return NotImplemented
+    for k, v in b.items():
+        if k != first and _at(v, level):
+            return NotImplemented
     rank = len(x._shape) + extra
     if not rank:
         if row.name not in _SCALAR_SAMPLES:
@@ -409,9 +445,9 @@ def _dims(func, level, size, args, kwargs):
             if name != "dim":
                 return NotImplemented
             if row.name == "squeeze":
-                d = tuple(i for i, n in enumerate(x.shape) if n == 1)
-            elif row.name in _ALL_DIMS and x.dim():
-                d = tuple(range(x.dim()))
+                d = tuple(i for i, n in enumerate(x._shape) if n == 1)
+            elif row.name in _ALL_DIMS and x._shape:
+                d = tuple(range(len(x._shape)))
             elif row.name == "norm" and not b.get("keepdim"):
                 # (one vector of all the sample's elements: a tuple of dims could make it a
                 # matrix norm)
@@ -438,17 +474,16 @@ def _shaped(func, level, size, args, kwargs):
         shape = list(shape[0])
     e = x.elem
     if func.row.name == "expand":
-        pad = len(shape) - x.dim()
-        e = e.reshape(size, *([1] * pad), *e.shape[1:]) if pad > 0 else e
+        pad = len(shape) - len(x._shape)
+        e = e.reshape(size, *([1] * pad), *e._shape[1:]) if pad > 0 else e
     return BatchedTensor(func(e, (size, *shape)), level)
 
 
 def _expand_as(func, level, size, args, kwargs):
-    x, other = args
-    if kwargs:
-        return NotImplemented
+    b = _bind(func.row, args, kwargs)
+    x, other = b["input"], b["other"]
     x = x if _at(x, level) else BatchedTensor(_expanded(x, level, size), level)
-    return _shaped(_handle("expand"), level, size, (x, tuple(other.shape)), {})
+    return _shaped(_handle("expand"), level, size, (x, tuple(other._shape)), {})
 
 
 def _permute(func, level, size, args, kwargs):
@@ -457,7 +492,7 @@ def _permute(func, level, size, args, kwargs):
         return NotImplemented
     if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
         dims = list(dims[0])
-    n = x.dim()
+    n = len(x._shape)
     order = (0, *(_meta.wrap_dim(d, n, "permute") + 1 for d in dims))
     return BatchedTensor(func(x.elem, order), level)
 
@@ -469,7 +504,9 @@ _MATMUL_RANKS = {"matmul": None, "mm": (2, 2), "bmm": (3, 3), "dot": (1, 1)}
 def _matmul(func, level, size, args, kwargs):
     """Vectors become matrices (squeezed again at the end), and a batched operand gets 1s
     after its batch up to the larger rank, so matmul's own broadcasting of leading dims
-    keeps the batch in front."""
+    keeps the batch in front. Two layouts skip that: samples times a shared matrix are one
+    product of the batch with it, and a shared matrix times sample vectors is the batch of
+    vectors times its transpose (``linear``): one matrix product each, not one per sample."""
     a, b = args
     na, nb = len(a._shape), len(b._shape)
     if kwargs or not na or not nb:
@@ -479,18 +516,29 @@ def _matmul(func, level, size, args, kwargs):
         if (na, nb) != ranks or a.dtype is not b.dtype:
             return NotImplemented  # the loop raises the op's own error
         func = _handle("matmul")
-    ea, eb = (a.elem if _at(a, level) else a), (b.elem if _at(b, level) else b)
+    at_a, at_b = _at(a, level), _at(b, level)
+    if at_a and not at_b and nb == 2:
+        return BatchedTensor(func(a.elem, b), level)
+    if at_b and not at_a and na == 2 and nb == 1 and a.dtype is b.dtype:
+        return BatchedTensor(_handle("linear")(b.elem, a), level)  # (one x @ a.T)
+    ea, eb = (a.elem if at_a else a), (b.elem if at_b else b)
     ra, rb = max(na, 2), max(nb, 2)
     if na == 1:
         ea = ea.unsqueeze(-2)
     if nb == 1:
         eb = eb.unsqueeze(-1)
     r = max(ra, rb)
-    if _at(a, level) and ra < r:
-        ea = ea.reshape(size, *([1] * (r - ra)), *ea.shape[1:])
-    if _at(b, level) and rb < r:
-        eb = eb.reshape(size, *([1] * (r - rb)), *eb.shape[1:])
-    out = func(ea, eb)
+    if at_a and ra < r:
+        ea = ea.reshape(size, *([1] * (r - ra)), *ea._shape[1:])
+    if at_b and rb < r:
+        eb = eb.reshape(size, *([1] * (r - rb)), *eb._shape[1:])
+    if ea._shape[-1] == 1 and ea.dtype is eb.dtype:
+        # NOTE: a contraction of length 1 (per-sample outer products, as in the weight
+        # gradients of per-sample grads) is a broadcast product: numpy's batched matmul
+        # leaves BLAS for it and loops
+        out = _handle("mul")(ea, eb)
+    else:
+        out = func(ea, eb)
     if na == 1:  # a's row first: with both vectors, (..., 1, 1) -> (..., 1) -> (...)
         out = out.squeeze(-2)
     if nb == 1:
@@ -501,7 +549,7 @@ def _matmul(func, level, size, args, kwargs):
 def _outer(func, level, size, args, kwargs):
     """outer/ger: a column times a row, broadcast (the batch stays in front)."""
     a, b = args
-    if kwargs or a.dim() != 1 or b.dim() != 1:
+    if kwargs or len(a._shape) != 1 or len(b._shape) != 1:
         return NotImplemented
     ea = a.elem.unsqueeze(-1) if _at(a, level) else a.unsqueeze(-1)
     eb = b.elem.unsqueeze(-2) if _at(b, level) else b.unsqueeze(0)
@@ -513,7 +561,7 @@ def _expanded(x, level: int, size: int):
     the same for every sample."""
     if _at(x, level):
         return x.elem
-    return x.unsqueeze(0).expand(size, *x.shape)
+    return x.unsqueeze(0).expand(size, *x._shape)
 
 
 def _seq(func, level, size, args, kwargs):
@@ -522,10 +570,10 @@ def _seq(func, level, size, args, kwargs):
     tensors, dim = b["tensors"], b.get("dim", 0)
     if not tensors or isinstance(dim, Tensor):
         return NotImplemented
-    ranks = {t.dim() for t in tensors}
+    ranks = {len(t._shape) for t in tensors}
     if len(ranks) != 1 or not next(iter(ranks)) and func.row.name == "cat":
         return NotImplemented  # cat's legacy skipping of empty 1-d tensors, or 0-d: the loop
-    rank = tensors[0].dim() + (func.row.name == "stack")
+    rank = len(tensors[0]._shape) + (func.row.name == "stack")
     d = _meta.wrap_dim(dim, rank, func.row.name) + 1
     return BatchedTensor(func([_expanded(t, level, size) for t in tensors], d), level)
 
@@ -538,16 +586,16 @@ _ALONG_DIM = {"gather", "scatter", "scatter_reduce"}
 def _along_dim(func, level, size, args, kwargs):
     b = _bind(func.row, args, kwargs)
     x, dim = b["input"], b["dim"]
-    if not x.dim() or isinstance(dim, Tensor):
+    if not x._shape or isinstance(dim, Tensor):
         return NotImplemented
     for k, v in b.items():
         if isinstance(v, Tensor) and k not in ("input", "index", "src"):
             return NotImplemented  # a batched value= (scatter): the loop
-    b["dim"] = _meta.wrap_dim(dim, x.dim(), func.row.name) + 1
+    b["dim"] = _meta.wrap_dim(dim, len(x._shape), func.row.name) + 1
     for k in ("input", "index", "src"):
         v = b.get(k)
         if isinstance(v, Tensor):
-            if v.dim() != x.dim():
+            if len(v._shape) != len(x._shape):
                 return NotImplemented
             b[k] = _expanded(v, level, size)
     return BatchedTensor(func(**b), level)
@@ -558,17 +606,17 @@ def _index_select(func, level, size, args, kwargs):
     sample picks its own), or, for a shared input, one index_select of all the indices."""
     b = _bind(func.row, args, kwargs)
     x, dim, index = (b[k] for k in ("input", "dim", "index"))
-    if not x.dim() or index.dim() != 1 or isinstance(dim, Tensor):
+    if not x._shape or len(index._shape) != 1 or isinstance(dim, Tensor):
         return NotImplemented
-    d = _meta.wrap_dim(dim, x.dim(), "index_select")
+    d = _meta.wrap_dim(dim, len(x._shape), "index_select")
     if not _at(index, level):
         return BatchedTensor(func(x.elem, d + 1, index), level)
-    k = index.shape[0]
+    k = index._shape[0]
     if not _at(x, level):
         picked = func(x, d, index.elem.reshape(-1))  # (..., size * k, ...)
         return BatchedTensor(picked.unflatten(d, (size, k)).movedim(d, 0), level)
-    shape = (size, *x.shape[:d], k, *x.shape[d + 1 :])
-    idx = index.elem.reshape(size, *([1] * d), k, *([1] * (x.dim() - d - 1))).expand(*shape)
+    shape = (size, *x._shape[:d], k, *x._shape[d + 1 :])
+    idx = index.elem.reshape(size, *([1] * d), k, *([1] * (len(x._shape) - d - 1))).expand(*shape)
     return BatchedTensor(_handle("gather")(x.elem, d + 1, idx), level)
 
 
@@ -576,13 +624,13 @@ def _index_add(func, level, size, args, kwargs):
     """index_add/index_copy with a shared index: input and source batch-first."""
     b = _bind(func.row, args, kwargs)
     x, dim, index = (b[k] for k in ("input", "dim", "index"))
-    if _at(index, level) or not x.dim() or isinstance(dim, Tensor):
+    if _at(index, level) or not x._shape or isinstance(dim, Tensor):
         return NotImplemented
     if any(_at(v, level) for k, v in b.items() if k not in ("input", "source")):
         return NotImplemented
-    if b["source"].dim() != x.dim():
+    if b["source"].dim() != len(x._shape):
         return NotImplemented
-    b["dim"] = _meta.wrap_dim(dim, x.dim(), func.row.name) + 1
+    b["dim"] = _meta.wrap_dim(dim, len(x._shape), func.row.name) + 1
     b["input"] = _expanded(x, level, size)
     b["source"] = _expanded(b["source"], level, size)
     return BatchedTensor(func(**b), level)
@@ -593,7 +641,7 @@ def _masked_fill(func, level, size, args, kwargs):
     (the mask broadcasts to the input)."""
     b = _bind(func.row, args, kwargs)
     x, mask, value = (b[k] for k in ("input", "mask", "value"))
-    if mask.dim() > x.dim():
+    if len(mask._shape) > len(x._shape):
         return NotImplemented
     if _at(value, level):  # a value per sample: where(mask, value, input)
         if value.dtype is not x.dtype:
@@ -601,7 +649,7 @@ def _masked_fill(func, level, size, args, kwargs):
         return _elementwise(_handle("where"), level, size, (mask, value, x), {})
     if _at(mask, level):
         e = mask.elem
-        mask = e.reshape(size, *([1] * (x.dim() - mask.dim())), *e.shape[1:])
+        mask = e.reshape(size, *([1] * (len(x._shape) - len(mask._shape))), *e._shape[1:])
     return BatchedTensor(func(_expanded(x, level, size), mask, value), level)
 
 
@@ -622,12 +670,12 @@ def _fold(func, level, size, args, kwargs):
         return NotImplemented
     unbatched = _FOLD[func.row.name]
     e = x.elem
-    if x.dim() == unbatched:  # each sample is one entry of N: the batch is N
+    if len(x._shape) == unbatched:  # each sample is one entry of N: the batch is N
         return _wrap(func(e, *args[1:], **kwargs), level)
-    if x.dim() != unbatched + 1:
+    if len(x._shape) != unbatched + 1:
         return NotImplemented  # the loop raises the op's own error
-    n = x.shape[0]
-    out = func(e.reshape(size * n, *e.shape[2:]), *args[1:], **kwargs)
+    n = x._shape[0]
+    out = func(e.reshape(size * n, *e._shape[2:]), *args[1:], **kwargs)
     return _map(lambda o: BatchedTensor(o.unflatten(0, (size, n)), level), out)
 
 
@@ -810,7 +858,7 @@ def _linear(func, level, size, args, kwargs):
     x, w, b = (b.get(k) for k in ("input", "weight", "bias"))
     if not _at(w, level) and not _at(b, level):
         return BatchedTensor(func(x.elem, w, b), level)
-    if w.dim() != 2 or not x.dim():
+    if len(w._shape) != 2 or not x._shape:
         return NotImplemented
     wt = BatchedTensor(w.elem.transpose(1, 2), level) if _at(w, level) else w.t()
     if _at(x, level) or _at(w, level):
@@ -968,7 +1016,7 @@ def _unwrap(o, d, level, size):
             )
         return o
     if _at(o, level):
-        d = _meta.wrap_dim(d, o.dim() + 1, "vmap")
+        d = _meta.wrap_dim(d, len(o._shape) + 1, "vmap")
         if o.requires_grad and is_grad_enabled():
             return _Leave.apply(o, d)
         out = o.elem.movedim(0, d) if d else o.elem

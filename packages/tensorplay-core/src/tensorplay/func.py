@@ -28,8 +28,8 @@ from typing import Any
 from tensorplay import _factories
 from tensorplay._tensor import Tensor
 from tensorplay._vmap import _flat, _rebuild, vmap
-from tensorplay.autograd import forward_ad, grad_mode
-from tensorplay.autograd.functional import _argnums_tuple, _autograd_grad
+from tensorplay.autograd import forward_ad, functional, grad_mode
+from tensorplay.autograd.functional import _autograd_grad
 
 __all__ = [
     "vmap",
@@ -87,13 +87,10 @@ def _vjp(func, primals: tuple, has_aux: bool, name: str):
                 )
         # forward over reverse (an outer jvp/jacfwd of this gradient, tangents on the
         # cotangents): the backward pass runs under forward mode, its saved tensors keeping
-        # their tangents, so the gradients come out as dual tensors. (autograd.grad without
-        # create_graph detaches its results, tangents too: record, and drop the graph here.)
-        dual = forward_ad.state.level is not None
+        # their tangents, so the gradients come out as dual tensors (autograd.grad keeps a
+        # gradient's tangent without create_graph too, as torch's does)
         with grad_mode.set_grad_enabled(keep or grad_mode.is_grad_enabled()):
-            grads = _vjps(outs, fresh, cts, keep or dual)
-        if dual and not keep:
-            grads = [_without_graph(g) for g in grads]
+            grads = _vjps(outs, fresh, cts, keep)
         return _rebuild(primals, iter(grads))
 
     return (out if keep else _detached(out)), vjp_fn, aux
@@ -454,6 +451,22 @@ def _differentiated(func, argnums, args: tuple, kwargs: dict, name: str):
     return nums, partial, tuple(args[n] for n in nums)
 
 
+def _argnums_tuple(argnums, n_args, fn_name):
+    nums = argnums if isinstance(argnums, tuple) else (argnums,)
+    if not nums:
+        raise RuntimeError(f"{fn_name}: argnums must be non-empty")
+    res = []
+    for a in nums:
+        if not isinstance(a, int):
+            raise RuntimeError(
+                f"{fn_name}: argnums must be int or Tuple[int, ...], got: {type(a).__name__}"
+            )
+        if not -n_args <= a < n_args:
+            raise RuntimeError(f"Got argnums={a}, but only {n_args} positional inputs were given")
+        res.append(a % n_args)
+    return tuple(res)
+
+
 def _tensor_leaves(value, name: str, what: str) -> list:
     leaves = [value] if isinstance(value, Tensor) else list(_flat(value))
     for x in leaves:
@@ -501,13 +514,6 @@ def _detached(value):
     return _map_tensors(one, value)
 
 
-def _without_graph(g: Tensor) -> Tensor:
-    """``g`` and its tangent detached (nothing differentiates through them)."""
-    tangent = _tangent(g)
-    g = g.detach()
-    return g if tangent is None else forward_ad.make_dual(g, tangent.detach())
-
-
 def _map_tensors(fn, value):
     if isinstance(value, Tensor):
         return fn(value)
@@ -547,3 +553,6 @@ def _describe(value) -> str:
     if isinstance(value, Tensor):
         return f"a Tensor of shape {list(value.shape)}"
     return type(value).__name__
+
+
+functional.register_vectorized(jacrev, jacfwd)

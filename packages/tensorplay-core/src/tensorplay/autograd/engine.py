@@ -539,7 +539,10 @@ def _grad(outs, ins, grad_outputs, retain, create_graph, materialize) -> tuple:
             if materialize:
                 g = zeros_like(t, requires_grad=create_graph)
         elif not create_graph:
+            tangent = g.__dict__.get("_fw_tangent")
             g = g.detach()
+            if tangent is not None:  # torch's gradient stays dual: forward over reverse
+                g._fw_tangent = tangent
         result.append(g)
     return tuple(result)
 

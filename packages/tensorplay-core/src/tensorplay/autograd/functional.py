@@ -6,16 +6,15 @@ Return conventions mirror PyTorch: a result is a single tensor where the user ga
 ``k`` outputs w.r.t. ``n`` inputs nests as ``outputs x inputs``, each block shaped
 ``output.shape + input.shape``. ``jvp``/``hvp`` use the double-backward trick (a
 backward of the backward), like PyTorch; ``jacobian(strategy="forward-mode")`` and
-``jacfwd`` use forward-mode AD (``tp.autograd.forward_ad``).
+``jacfwd`` use forward-mode AD (``tp.autograd.forward_ad``); ``vectorize=True`` and
+``jacrev``/``jacfwd`` are ``tensorplay.func``'s transforms (``vmap`` over a basis).
 """
 
 from __future__ import annotations
 
-import functools
-
 from tensorplay._factories import zeros, zeros_like
 from tensorplay._tensor import Tensor
-from tensorplay.autograd import engine, forward_ad, grad_mode
+from tensorplay.autograd import engine, grad_mode
 from tensorplay.autograd._derivatives import stack
 
 __all__ = ["vjp", "jvp", "jacobian", "hessian", "vhp", "hvp", "jacrev", "jacfwd"]
@@ -130,7 +129,8 @@ def _check_requires_grad(inputs, input_type, strict):
 
 
 def _autograd_grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None):
-    """``autograd.grad`` that skips outputs which are None or don't require grad."""
+    """``autograd.grad`` that skips outputs which are None or don't require grad (also
+    ``tensorplay.func``'s)."""
     if grad_outputs is None:
         grad_outputs = (None,) * len(outputs)
     new_outputs, new_grads = [], []
@@ -271,53 +271,44 @@ def _stack_rows(rows, shape):
     return stack(rows, 0).reshape(*shape)
 
 
-def _jacfwd_columns(func, inputs, is_inputs_tuple):
-    """Jacobians by forward mode: one dual evaluation per input element."""
-    outputs = None
-    per_input = []  # [input j][input element k] -> tuple of output tangents
-    for j, inp in enumerate(inputs):
-        cols = []
-        for k in range(inp.numel()):
-            t = zeros(inp.shape, dtype=inp.dtype, device=inp.device)
-            t.view(-1)[k] = 1
-            with forward_ad.dual_level():
-                args = tuple(
-                    forward_ad.make_dual(x.detach(), t) if i == j else x.detach()
-                    for i, x in enumerate(inputs)
-                )
-                outs = func(*args)
-                is_outputs_tuple, outs = _as_tuple(
-                    outs, "outputs of the user-provided function", "jacobian"
-                )
-                unpacked = [forward_ad.unpack_dual(o) for o in outs]
-            outputs = (is_outputs_tuple, tuple(p for p, _ in unpacked))
-            cols.append(tuple(zeros_like(p) if tg is None else tg for p, tg in unpacked))
-        per_input.append(cols)
-    if outputs is None:  # every input is empty: evaluate once for the output shapes
-        outs = func(*(x.detach() for x in inputs))
-        outputs = _as_tuple(outs, "outputs of the user-provided function", "jacobian")
-    is_outputs_tuple, outs = outputs
+class _Transforms:
+    """``tensorplay.func``'s ``jacrev`` and ``jacfwd`` (vmap over a basis), registered by
+    ``tensorplay.func`` when it loads (``import tensorplay`` loads it): vmap sits above the
+    autograd package, which cannot import it."""
 
-    jac = []
-    for i, o in enumerate(outs):
-        row = []
-        for j, inp in enumerate(inputs):
-            cols = [c[i] for c in per_input[j]]
-            shape = tuple(o.shape) + tuple(inp.shape)
-            if cols:
-                row.append(stack(cols, -1).reshape(*shape))
-            else:
-                row.append(zeros(shape, dtype=o.dtype, device=o.device))
-        jac.append(tuple(row))
-    return _tuple_postprocess(tuple(jac), (is_outputs_tuple, is_inputs_tuple))
+    jacrev = jacfwd = None
+
+
+def register_vectorized(jacrev, jacfwd) -> None:
+    """The transforms ``jacobian(vectorize=True)``, ``jacrev`` and ``jacfwd`` run on."""
+    _Transforms.jacrev, _Transforms.jacfwd = jacrev, jacfwd
+
+
+def _vectorized(func, inputs, is_inputs_tuple, create_graph, strategy):
+    """``jacobian(vectorize=True)``: ``tensorplay.func``'s ``jacrev`` (one ``vmap`` over the
+    output basis) or ``jacfwd`` (one over the input basis), as torch's vectorized jacobian
+    is built on vmap."""
+    outputs_tuple = []
+
+    def outputs_as_tuple(*args):
+        is_tuple, outs = _as_tuple(func(*args), "outputs of the user-provided function", "jacobian")
+        outputs_tuple.append(is_tuple)
+        return outs
+
+    transform = _Transforms.jacrev if strategy == "reverse-mode" else _Transforms.jacfwd
+    jac = transform(outputs_as_tuple, argnums=tuple(range(len(inputs))))(*inputs)
+    if not create_graph:
+        jac = tuple(tuple(block.detach() for block in row) for row in jac)
+    return _tuple_postprocess(jac, (outputs_tuple[-1], is_inputs_tuple))
 
 
 def jacobian(
     func, inputs, create_graph=False, strict=False, vectorize=False, strategy="reverse-mode"
 ):
     """The Jacobian of ``func`` at ``inputs``: block ``[i][j]`` has shape
-    ``outputs[i].shape + inputs[j].shape``. ``vectorize`` is accepted for PyTorch
-    compatibility (the computation is a loop either way)."""
+    ``outputs[i].shape + inputs[j].shape``. ``vectorize=True`` computes it with
+    ``tensorplay.func.jacrev`` (``jacfwd`` for ``strategy="forward-mode"``, which needs it):
+    one batched pass under ``vmap`` instead of a loop of backward passes."""
     if strategy not in ("forward-mode", "reverse-mode"):
         raise ValueError(
             'Expected strategy to be either "forward-mode" or "reverse-mode". Hint: If your '
@@ -342,13 +333,14 @@ def jacobian(
                 "Computing Jacobian using forward-AD or forward-over-reverse Hessian is only "
                 "implemented for `vectorize=True`."
             )
-        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
-        return _jacfwd_columns(func, inputs, is_inputs_tuple)
     if strict and vectorize:
         raise RuntimeError(
             "tensorplay.autograd.functional.jacobian: `strict=True` and `vectorized=True` are "
             "not supported together. Please either set `strict=False` or `vectorize=False`."
         )
+    if vectorize:
+        is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
+        return _vectorized(func, inputs, is_inputs_tuple, create_graph, strategy)
     with grad_mode.enable_grad():
         is_inputs_tuple, inputs = _as_tuple(inputs, "inputs", "jacobian")
         inputs = _grad_preprocess(inputs, create_graph=create_graph, need_graph=True)
@@ -495,76 +487,13 @@ def hvp(func, inputs, v=None, create_graph=False, strict=False):
 # ---- functorch-style transforms ----------------------------------------------------------------
 
 
-def _argnums_tuple(argnums, n_args, fn_name):
-    nums = argnums if isinstance(argnums, tuple) else (argnums,)
-    if not nums:
-        raise RuntimeError(f"{fn_name}: argnums must be non-empty")
-    res = []
-    for a in nums:
-        if not isinstance(a, int):
-            raise RuntimeError(
-                f"{fn_name}: argnums must be int or Tuple[int, ...], got: {type(a).__name__}"
-            )
-        if not -n_args <= a < n_args:
-            raise RuntimeError(f"Got argnums={a}, but only {n_args} positional inputs were given")
-        res.append(a % n_args)
-    return tuple(res)
-
-
-def _transform(func, argnums, has_aux, fn_name, compute):
-    @functools.wraps(func)
-    def wrapper(*args):
-        nums = _argnums_tuple(argnums, len(args), fn_name)
-        aux = []
-
-        def partial(*diff_args):
-            full = list(args)
-            for n, a in zip(nums, diff_args):
-                full[n] = a
-            out = func(*full)
-            if has_aux:
-                if not (isinstance(out, tuple) and len(out) == 2):
-                    raise RuntimeError(
-                        f"{fn_name}(f, ...)(*args): output of function f should be a tuple: "
-                        "(output, aux) if has_aux is True"
-                    )
-                out, a = out
-                aux.append(a)
-            return out
-
-        diff_args = tuple(args[n] for n in nums)
-        jac = compute(partial, diff_args)
-        if not isinstance(argnums, tuple):
-            jac = _untuple_inputs(jac, partial, diff_args)
-        return (jac, aux[-1]) if has_aux else jac
-
-    return wrapper
-
-
-def _untuple_inputs(jac, partial, diff_args):
-    """``jacobian`` was called with a 1-tuple of inputs: drop that level."""
-    if isinstance(jac, tuple) and jac and isinstance(jac[0], tuple):
-        return tuple(j[0] for j in jac)
-    return jac[0] if isinstance(jac, tuple) else jac
-
-
 def jacrev(func, argnums=0, *, has_aux=False):
-    """``jacrev(f, argnums)(*args)``: the Jacobian of ``f`` w.r.t. ``args[argnums]`` by
-    reverse mode (one backward per output element). Nests (``jacrev(jacrev(f))``): the
-    result stays differentiable when its inputs require grad."""
-
-    def compute(partial, diff_args):
-        create = grad_mode.is_grad_enabled() and any(a.requires_grad for a in diff_args)
-        return jacobian(partial, diff_args, create_graph=create)
-
-    return _transform(func, argnums, has_aux, "jacrev", compute)
+    """``jacrev(f, argnums)(*args)``: ``tensorplay.func.jacrev`` (the Jacobian of ``f``
+    w.r.t. ``args[argnums]`` by reverse mode, one ``vmap`` over the output basis)."""
+    return _Transforms.jacrev(func, argnums, has_aux=has_aux)
 
 
 def jacfwd(func, argnums=0, *, has_aux=False):
-    """``jacfwd(f, argnums)(*args)``: the Jacobian of ``f`` w.r.t. ``args[argnums]`` by
-    forward mode (one dual evaluation per input element)."""
-
-    def compute(partial, diff_args):
-        return jacobian(partial, diff_args, strategy="forward-mode", vectorize=True)
-
-    return _transform(func, argnums, has_aux, "jacfwd", compute)
+    """``jacfwd(f, argnums)(*args)``: ``tensorplay.func.jacfwd`` (the Jacobian by forward
+    mode, one ``vmap`` over the input basis)."""
+    return _Transforms.jacfwd(func, argnums, has_aux=has_aux)

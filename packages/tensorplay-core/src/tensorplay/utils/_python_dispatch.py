@@ -17,6 +17,7 @@ The stack is per thread; modes nest, the innermost sees an op first.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import sys
 import threading
@@ -39,6 +40,7 @@ __all__ = [
     "_get_current_dispatch_mode",
     "enable_reentrant_dispatch",
     "register_dispatch_rule",
+    "register_row_handler",
 ]
 
 
@@ -166,6 +168,46 @@ def _handles(t) -> bool:
     return t is not Tensor and getattr(t, "__tensorplay_dispatch__", None) is not None
 
 
+def claims(targs: tuple, params: dict) -> bool:
+    """With no layer active (``_dispatch.call`` asks only then): an argument is an instance
+    of a dispatch subclass, and no argument takes part in ``__tensorplay_function__``, so
+    the override layer would hand the call on unchanged (that subclass's
+    ``__tensorplay_function__`` is the disabled default: running ``func`` again is all it
+    would do). Every other argument is a plain Tensor or a simple value, also one level
+    into lists and tuples."""
+    found = False
+    for group in (targs, params.values()):
+        for x in group:
+            t = type(x)
+            if t in _SIMPLE:
+                continue
+            if t is list or t is tuple:
+                for y in x:
+                    u = type(y)
+                    if u in _SIMPLE:
+                        continue
+                    if not _opted_out(u):
+                        return False
+                    found = True
+            elif _opted_out(t):
+                found = True
+            else:
+                return False
+    return found
+
+
+_SIMPLE = _dispatch._SIMPLE
+
+
+def _opted_out(t) -> bool:
+    """``t`` defines ``__tensorplay_dispatch__`` and leaves ``__tensorplay_function__``
+    disabled (read on every call: a class may assign its own later)."""
+    if getattr(t, "__tensorplay_dispatch__", None) is None:
+        return False
+    method = getattr(t, "__tensorplay_function__", None)
+    return getattr(method, "__func__", method) is disabled_tensorplay_function_impl
+
+
 def _types(values) -> tuple:
     """``(the Tensor types among values, the dispatch subclasses among them)``: one scan;
     the subclasses one each, subclasses before their bases."""
@@ -210,6 +252,14 @@ def _two_levels(values):
 def run(row, targs: tuple, params: dict, out, inplace):
     """The op below autograd: the innermost mode first (with itself switched off), then
     the dispatch subclasses among the arguments; ``NotImplemented`` passes to the next."""
+    func = _handle(row, inplace is not None)
+    if not _stack.modes and out is None and _row_handlers and _row_form(row):
+        owner = _sole_subclass(targs, params)
+        handler = _row_handlers.get(owner)
+        if handler is not None and not (_rules and (func.name, owner) in _rules):
+            result = handler(func, targs, params)
+            if result is not NotImplemented:
+                return result
     if (
         row.kind != "tensor_op"
         and out is None
@@ -220,7 +270,6 @@ def run(row, targs: tuple, params: dict, out, inplace):
     else:
         _, args, kwargs = user_call(row, targs, params, out, inplace)
     types, subclasses = _types((targs, params))
-    func = OpHandle(row, inplace is not None)
     if _stack.modes:
         mode = _stack.modes[-1]
         saved, outer_snapshot = _stack.modes, _stack.snapshot
@@ -248,6 +297,77 @@ def run(row, targs: tuple, params: dict, out, inplace):
         f"__tensorplay_dispatch__: {[c.__name__ for c in subclasses]} (every handler, and "
         "the active dispatch mode if any, returned NotImplemented)"
     )
+
+
+def _handle(row, inplace: bool) -> OpHandle:
+    """The row's ``func`` (one per row and form: handlers may compare and keep it)."""
+    key = (row, inplace)
+    handle = _op_handles.get(key)
+    if handle is None:
+        handle = _op_handles[key] = OpHandle(row, inplace)
+    return handle
+
+
+_op_handles: dict = {}
+
+
+def _sole_subclass(targs: tuple, params: dict):
+    """The one dispatch subclass among the tensor inputs (one level into lists), or None
+    when there are several, or another Tensor subclass among the other parameters (the
+    full route orders those)."""
+    found = None
+    for x in targs:
+        t = type(x)
+        if t is Tensor:
+            continue
+        if t is list or t is tuple:
+            for y in x:
+                u = type(y)
+                if u is not Tensor and _handles(u):
+                    if found is not None and found is not u:
+                        return None
+                    found = u
+        elif _handles(t):
+            if found is not None and found is not t:
+                return None
+            found = t
+    for v in params.values():
+        for y in v if type(v) is list or type(v) is tuple else (v,):
+            if isinstance(y, Tensor) and type(y) is not Tensor and type(y) is not found:
+                return None
+    return found
+
+
+@functools.cache
+def _row_form(row) -> bool:
+    """``row.fn(*targs, **params)`` repeats a call of ``row`` (the form row handlers get):
+    a row of the op table without a ``*name`` parameter."""
+    return (
+        row.kind != "tensor_op"
+        and row.n_inputs != "star"
+        and "*" not in row.params.replace("*,", "")
+    )
+
+
+# dispatch subclass -> handler(func, targs, params): register_row_handler
+_row_handlers: dict = {}
+
+
+def register_row_handler(cls: type, handler) -> None:
+    """Let ``handler(func, targs, params)`` stand for ``cls.__tensorplay_dispatch__`` when
+    no dispatch mode is active, ``cls`` is the only dispatch subclass among a call's
+    arguments, no ``register_dispatch_rule`` rule covers the op, and the op's public
+    function takes every parameter by name: ``targs`` are the tensor inputs in order and
+    ``params`` every other parameter by name, defaults included (``func(*targs, **params)``
+    repeats the call), so the user's call is not rebuilt first. ``NotImplemented`` falls
+    back to ``__tensorplay_dispatch__``. For a subclass whose handler reads both forms
+    alike (vmap's ``BatchedTensor``)."""
+    if getattr(cls, "__tensorplay_dispatch__", None) is None:
+        raise TypeError(
+            f"register_row_handler(cls): a Tensor subclass defining __tensorplay_dispatch__, "
+            f"got {cls!r}"
+        )
+    _row_handlers[cls] = handler
 
 
 # (op name, mode class or subclass) -> rule(mode_or_class, func, types, args, kwargs): what
