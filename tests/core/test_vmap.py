@@ -367,3 +367,19 @@ def test_autograd_function_vmap_rules():
     with pytest.raises(RuntimeError, match="generate_vmap_rule = True"):
         tp.vmap(Neither.apply)(z)
     assert Neither.apply(z[0]).tolist() == (z[0] + 1).tolist()  # outside vmap: as always
+
+
+@pytest.mark.parametrize("name", ["log_softmax", "softmax", "relu"])
+def test_per_sample_gradients_through_backward_ops_do_not_loop(name):
+    # their backward passes are ops of their own (_log_softmax_backward_data, ...): those
+    # need batching rules too, or per-sample gradients fall back to the loop
+    w, x = tp.randn(5, 3), tp.randn(4, 5)
+
+    def loss(w, x):
+        return getattr(x @ w, name)(**({} if name == "relu" else {"dim": -1}))[0]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PerformanceWarning)
+        got = tp.func.vmap(tp.func.grad(loss), in_dims=(None, 0))(w, x)
+    want = tp.stack([tp.func.grad(loss)(w, x[i]) for i in range(4)])
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)

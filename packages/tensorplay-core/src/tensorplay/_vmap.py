@@ -578,21 +578,29 @@ def _seq(func, level, size, args, kwargs):
     return BatchedTensor(func([_expanded(t, level, size) for t in tensors], d), level)
 
 
-# (x, dim, index, src, ...) rows whose tensors all have x's rank and are read at the same
-# positions along every dim but ``dim``: with the batch in front of each, dim shifts by one
-_ALONG_DIM = {"gather", "scatter", "scatter_reduce"}
+# row -> its tensor parameters, which all have the first one's rank and are read at the
+# same positions along every dim but ``dim``: with the batch in front of each, dim shifts
+# by one (the softmax backward rows: gradient and output of one shape, reduced along dim)
+_ALONG_DIM = {
+    "gather": ("input", "index"),
+    "scatter": ("input", "index", "src"),
+    "scatter_reduce": ("input", "index", "src"),
+    "_softmax_backward_data": ("grad_output", "output"),
+    "_log_softmax_backward_data": ("grad_output", "output"),
+}
 
 
 def _along_dim(func, level, size, args, kwargs):
+    names = _ALONG_DIM[func.row.name]
     b = _bind(func.row, args, kwargs)
-    x, dim = b["input"], b["dim"]
+    x, dim = b[names[0]], b["dim"]
     if not x._shape or isinstance(dim, Tensor):
         return NotImplemented
     for k, v in b.items():
-        if isinstance(v, Tensor) and k not in ("input", "index", "src"):
+        if isinstance(v, Tensor) and k not in names:
             return NotImplemented  # a batched value= (scatter): the loop
     b["dim"] = _meta.wrap_dim(dim, len(x._shape), func.row.name) + 1
-    for k in ("input", "index", "src"):
+    for k in names:
         v = b.get(k)
         if isinstance(v, Tensor):
             if len(v._shape) != len(x._shape):
