@@ -224,10 +224,9 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
     cp = _device.cupy_or_raise()
     out = cp.empty(shape, a.dtype)
-    fn = _functions(a.dtype.char, out.device.id).get(kind)
+    fns = _functions(a.dtype.char, out.device.id)
     count = (a.size // rows if kind != "cols" else rows) if mean else 0
     if kind == "whole":
-        fns = _functions(a.dtype.char, out.device.id)
         grid = min(-(-a.size // (256 * 8)), _PARTIALS)
         partial = cp.empty(grid, a.dtype)
         launch(fns["partial"], grid, 256, "ppq", (a.data.ptr, partial.data.ptr, a.size))
@@ -243,7 +242,7 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         grid, threads = min(rows, _MAX_GRID), _threads(cols)
     else:
         grid, threads = min(-(-cols // 32), _MAX_GRID), 256
-    launch(fn, grid, threads, "ppqqq", (a.data.ptr, out.data.ptr, rows, cols, count))
+    launch(fns[kind], grid, threads, "ppqqq", (a.data.ptr, out.data.ptr, rows, cols, count))
     return out
 
 

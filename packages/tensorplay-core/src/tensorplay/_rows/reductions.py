@@ -696,11 +696,6 @@ def _softmax(xp, a, dim, dtype=None):
     return e / xp.sum(e, axis=d, keepdims=True) if a.size else a
 
 
-def _softmax_jvp(ctx, t):
-    out = ctx.out
-    return None if t is None else out * (t - (t * out).sum(ctx.params["dim"], keepdim=True))
-
-
 def _log_softmax(xp, a, dim, dtype=None):
     d = M.wrap_dim(dim, a.ndim, "log_softmax")
     if a.ndim == 0:  # a - a: nan for inf and nan, as torch
@@ -726,7 +721,8 @@ op(
     dtype=functools.partial(M.softmax_like, op="softmax"),
     allow="bifc",  # complex only with a real dtype= (torch converts the input first)
     vjp=lambda ctx, grad: (_SOFTMAX_BACKWARD.fn(grad, ctx.out, ctx.params["dim"]),),
-    jvp=lambda ctx, t: _softmax_jvp(ctx, t),
+    # the Jacobian is symmetric: the jvp is the backward op on the tangent
+    jvp=lambda ctx, t: None if t is None else _SOFTMAX_BACKWARD.fn(t, ctx.out, ctx.params["dim"]),
 )
 op(
     "log_softmax",
@@ -736,9 +732,7 @@ op(
     dtype=functools.partial(M.softmax_like, op="log_softmax"),
     allow="bifc",  # complex only with a real dtype= (torch converts the input first)
     vjp=lambda ctx, grad: (_LOG_SOFTMAX_BACKWARD.fn(grad, ctx.out, ctx.params["dim"]),),
-    jvp=lambda ctx, t: (
-        None if t is None else t - (ctx.out.exp() * t).sum(ctx.params["dim"], keepdim=True)
-    ),
+    jvp=lambda ctx, t: None if t is None else _log_softmax_adjoint(t, ctx.out, ctx.params["dim"]),
 )
 
 
@@ -760,28 +754,32 @@ def _softmax_backward(xp, g, out, dim, *, log):
     return out * (g - xp.sum(g * out, axis=d, keepdims=True))  # out * (grad - sum(grad * out))
 
 
+def _log_softmax_adjoint(h, out, dim):
+    """h - sum(h * exp(out)): the transpose of log_softmax's backward map, which is
+    log_softmax's Jacobian (its jvp) and the backward op's vjp in the gradient."""
+    return h - (h * out.exp()).sum(dim, keepdim=True)
+
+
 def _log_softmax_backward_vjp(ctx, h):
-    # y = g - e * sum(g), e = exp(out): linear in g with adjoint h - sum(h * e); in out,
+    # y = g - e * sum(g), e = exp(out): linear in g (adjoint above); in out,
     # dy/dout = -e * sum(g) elementwise
     g, out = ctx.inputs
     dim = ctx.params["dim"]
-    e = out.exp()
     want = needs(ctx)
     return (
-        h - (h * e).sum(dim, keepdim=True) if want[0] else None,
-        -(h * e * g.sum(dim, keepdim=True)) if want[1] else None,
+        _log_softmax_adjoint(h, out, dim) if want[0] else None,
+        -(h * out.exp() * g.sum(dim, keepdim=True)) if want[1] else None,
     )
 
 
 def _log_softmax_backward_jvp(ctx, tg, tout):
     g, out = ctx.inputs
     dim = ctx.params["dim"]
-    e = out.exp()
     terms = []
-    if tg is not None:
-        terms.append(tg - e * tg.sum(dim, keepdim=True))
+    if tg is not None:  # linear in the gradient: the op itself on the tangent
+        terms.append(_LOG_SOFTMAX_BACKWARD.fn(tg, out, dim))
     if tout is not None:
-        terms.append(-(e * tout * g.sum(dim, keepdim=True)))
+        terms.append(-(out.exp() * tout * g.sum(dim, keepdim=True)))
     return total(terms)
 
 
@@ -793,7 +791,7 @@ def _softmax_backward_vjp(ctx, h):
     want = needs(ctx)
     s = (g * out).sum(dim, keepdim=True)
     return (
-        out * (h - (h * out).sum(dim, keepdim=True)) if want[0] else None,
+        _SOFTMAX_BACKWARD.fn(h, out, dim) if want[0] else None,
         h * (g - s) - g * (h * out).sum(dim, keepdim=True) if want[1] else None,
     )
 
@@ -804,7 +802,7 @@ def _softmax_backward_jvp(ctx, tg, tout):
     s = (g * out).sum(dim, keepdim=True)
     terms = []
     if tg is not None:
-        terms.append(out * (tg - (tg * out).sum(dim, keepdim=True)))
+        terms.append(_SOFTMAX_BACKWARD.fn(tg, out, dim))
     if tout is not None:
         terms.append(tout * (g - s) - out * (g * tout).sum(dim, keepdim=True))
     return total(terms)
