@@ -10,6 +10,10 @@
 //                   templates _BINARY_FAST/_UNARY_FAST): exact Tensors on CPU, one dtype,
 //                   no layer active, no keyword arguments -> one aligned allocation, one
 //                   ufunc call, two object allocations. Anything else -> the Python function.
+//   plain_call      the general path (tensorplay._dispatch.call) of a plain call: the
+//                   decisions of execute() kept per key (row, input types, dtypes, devices,
+//                   shapes, parameters), the kernel run and its result wrapped here
+//                   (csrc/plain_call.h).
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
@@ -501,6 +505,8 @@ PyType_Spec fastop_spec = {
         Py_TPFLAGS_METHOD_DESCRIPTOR,
     fastop_slots,
 };
+
+#include "plain_call.h"
 
 // ---- scans over an op's inputs (twins in tensorplay._native) ----------------------------
 
@@ -1291,6 +1297,12 @@ PYBIND11_MODULE(_C, m) {
     if (!fastop) throw py::error_already_set();
     m.add_object("FastOp", fastop);
 
+    if (PyModule_AddFunctions(m.ptr(), plain_call_defs) < 0) throw py::error_already_set();
+    m.def("init_plain", &init_plain, py::arg("fallback"), py::arg("plan"), py::arg("wrap"),
+          py::arg("record"), py::arg("row_type"), py::arg("dtype_type"), py::arg("quiet"),
+          "Learn _dispatch's general path, planner, wrap and autograd record (called once by "
+          "tensorplay._dispatch)");
+    m.def("plain_forget", &plain_forget, "Forget every plain-call plan (a row's kernels changed)");
     m.def("init", &init, py::arg("tensor"), py::arg("storage"), py::arg("cpu"),
           py::arg("aligned_u8"),
           "Learn the slot layout of Tensor and Storage (called once by tensorplay._native)");

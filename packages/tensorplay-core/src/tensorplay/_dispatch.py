@@ -488,16 +488,7 @@ def execute(
     if dispatch_modes.wanted(targs):
         return _below_autograd_mode(row, targs, params, out, inplace)
     items = _inputs(row, targs)
-    for i, x in enumerate(items):
-        if not isinstance(x, Tensor) and not (x is None and _optional_input(row, i)):
-            _check_scalar(row, x, i)
-    dev = _common_device(row, items)
-    promoted = _promoted(row, items, row.cast)
-    if _CATS[promoted.category] not in row.allow:
-        # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
-        raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
-    if row.scalar_check:
-        _check_scalars(row, items, promoted)
+    dev, promoted = _checked(row, items)
     track = autograd_hooks.needs_grad(items)  # record the graph for this call?
     dual = autograd_hooks.needs_forward(items)  # propagate forward-mode tangents?
     if row.kind == "view":
@@ -551,11 +542,10 @@ def execute(
                     _quiet_off(quiet)
             inplace._bump_version()
             return inplace
-        kernel = row.kernel
         if row.device_kernels:
             kernel = _device_kernel(row, dev, arrays, params)
-        elif row.cuda and xp is not np and cdt is odt and params == row.defaults:
-            kernel = _expr_kernel(row, odt)
+        else:
+            kernel = _kernel(row, xp, cdt, odt, params)
         quiet = _quiet_on() if row.may_warn and xp is np else None
         try:
             result = _wrap_result(row, kernel(xp, *arrays, **params), odt, dev)
@@ -580,6 +570,103 @@ def execute(
     if out is not None:
         return _write_out(row, out, result)
     return result
+
+
+def _checked(row: OpDef, items: list):
+    """The argument checks of ``execute``: (the common device, the promoted dtype)."""
+    for i, x in enumerate(items):
+        if not isinstance(x, Tensor) and not (x is None and _optional_input(row, i)):
+            _check_scalar(row, x, i)
+    dev = _common_device(row, items)
+    promoted = _promoted(row, items, row.cast)
+    if _CATS[promoted.category] not in row.allow:
+        # torch: NotImplementedError ('"abs_cpu" not implemented for 'Bool''), a RuntimeError
+        raise NotImplementedError(f"{row.name}(): not supported for dtype {promoted}")
+    if row.scalar_check:
+        _check_scalars(row, items, promoted)
+    return dev, promoted
+
+
+def _kernel(row: OpDef, xp, cdt, odt, params) -> Callable:
+    """The kernel ``execute`` runs for a row without device kernels: its ``cuda`` expression
+    first where that applies, else the row's kernel."""
+    if row.cuda and xp is not np and cdt is odt and params == row.defaults:
+        return _expr_kernel(row, odt)
+    return row.kernel
+
+
+# ---- the plain call: execute's decisions, kept per key --------------------------------
+#
+# For a call whose arguments are exact Tensors, Python numbers (int, float) or None, with
+# no layer active, no out= and not in place, everything execute() decides before the
+# kernel runs (the checks, the device, the promoted, compute and result dtypes, the shape
+# rule's verdict, the casts, the kernel) depends only on the row, each input's type, dtype,
+# device and shape, and the parameters' values. ``tensorplay._C.plain_call`` asks ``_plan``
+# once per such key and then runs the kernel on the inputs' arrays, wraps the result and
+# records autograd directly (twin: ``call``, which decides anew every time). Calls whose
+# route depends on more than the key get no plan: numbers checked by value
+# (``scalar_check``), float16/bfloat16 math in float32, a 0-d CPU tensor next to CUDA
+# tensors, inputs that need a cast, installed device kernels, views, meta tensors.
+
+
+def _number_array(xp, dt, by_value, x):
+    """A Python number as ``execute`` hands it to the kernel (``_as_array``)."""
+    a = D.scalar_array(x, dt)
+    if xp is np:
+        return a
+    return a[()] if by_value else xp.asarray(a)
+
+
+def _plan(row: OpDef, targs: tuple, params: dict):
+    """``(kernel, xp, odt, device, converters, quiet, cpu_descr)`` for replaying this call
+    (see above), or None when it must take the general path (which also raises any error
+    the call has). ``converters[i]``: None passes input i as it is (a Tensor's array, a
+    number the row does not cast, None), else a function of the number."""
+    if row.kind in ("view", "tensor_op") or row.n_inputs == "seq" or row.device_kernels:
+        return None
+    items = list(targs)
+    try:
+        dev, promoted = _checked(row, items)
+        if dev is META or (row.scalar_check and any(type(x) is not Tensor for x in items)):
+            return None
+        cdt, odt = row.dtype(promoted, params)
+        if promoted is D.complex64 and odt is D.complex64:
+            _no_complex_half(row, items)
+        row.shape(*targs, **params)  # the call would raise its error: the general path does
+    except Exception:  # noqa: BLE001 - execute raises it, with its own message
+        return None
+    if promoted in _HALF and cdt is not promoted:
+        return None  # inputs round to float16/bfloat16 first (``_as_array``'s ``via``)
+    xp = np if dev is CPU else _device.array_module(dev)
+    cast = row.cast if row.cast is not None else range(len(targs))
+    by_value = row.ufunc is not None and not row.device_kernels
+    converters = []
+    for i, x in enumerate(targs):
+        if type(x) is Tensor:
+            if x.device is not dev or (i in cast and x.dtype is not cdt):
+                return None
+            converters.append(None)
+        elif x is None or i not in cast:
+            converters.append(None)
+        else:
+            converters.append(functools.partial(_number_array, xp, cdt, by_value))
+    quiet = row.may_warn and xp is np
+    descr = odt.np if dev is CPU and not row.multi else None
+    return (_kernel(row, xp, cdt, odt, params), xp, odt, dev, tuple(converters), quiet, descr)
+
+
+def _plain_record(row, targs: tuple, params: dict, result):
+    """The plain call's result, with its backward node when grad mode is on (some input
+    requires grad: the caller checked)."""
+    if autograd_hooks.needs_grad(targs):
+        return autograd_hooks.record(row, targs, params, result)
+    return result
+
+
+def _forget_plans() -> None:
+    """A row's kernels changed (``set_device_kernel``): decide every call anew."""
+    if call is not _general_call:
+        NATIVE.plain_forget()
 
 
 # ---- per-device kernels of built-in ops (the interface tensorplay-kernels uses) ----------
@@ -616,6 +703,7 @@ def set_device_kernel(name: str, device_type: str, kernel: Callable | None) -> N
         raise TypeError(f"set_device_kernel({name!r}): kernel must be callable or None")
     else:
         row.device_kernels[device_type] = kernel
+    _forget_plans()
 
 
 def get_device_kernel(name: str, device_type: str) -> Callable | None:
@@ -669,6 +757,7 @@ def _unusual_seq(x) -> bool:
 try:
     from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
 except ImportError:  # a numpy that moved them: the public way
+    _extobj_contextvar = _QUIET_STATE = None
 
     def _quiet_on():
         state = np.errstate(all="ignore")
@@ -850,6 +939,7 @@ def _cuda_fast(row, arrays: tuple, odt, dev):
     return adopt_array(r if r.dtype == odt.np else r.astype(odt.np), odt, dev)
 
 
+@functools.cache
 def _expr_kernel(row: OpDef, odt) -> Callable:
     """The row's kernel, with its ``cuda`` expression first where that applies."""
 
@@ -1240,3 +1330,20 @@ def _generate_inplace(row: OpDef) -> Callable:
     fn = env[row.name + "_"]
     fn.__qualname__ = "Tensor." + row.name + "_"
     return fn
+
+
+# ``call`` becomes the native plain call (see _plan) where _C is built, set up once
+# everything it calls exists; it hands every call it does not replay to the Python ``call``
+# (``_general_call``), which every module importing ``call`` gets otherwise.
+_general_call = call
+if NATIVE is not None and hasattr(NATIVE, "plain_call"):
+    NATIVE.init_plain(
+        fallback=_general_call,
+        plan=_plan,
+        wrap=_wrap_result,
+        record=_plain_record,
+        row_type=OpDef,
+        dtype_type=D.dtype,
+        quiet=(_extobj_contextvar, _QUIET_STATE) if _QUIET_STATE is not None else None,
+    )
+    call = NATIVE.plain_call  # noqa: F811 - the same function, its hot path in C

@@ -10,6 +10,9 @@ native                        Python twin
 ============================  ===========================================================
 ``FastOp``                    the generated op function's fast path
                               (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
+``plain_call``                ``_dispatch.call`` (the general path of a call with plain
+                              arguments: ``execute``'s decisions kept per key by
+                              ``_dispatch._plan``, then the kernel run and wrapped in C)
 ``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every

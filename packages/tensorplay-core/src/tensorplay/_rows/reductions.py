@@ -707,10 +707,14 @@ def _log_softmax(xp, a, dim, dtype=None):
         if r is not None:
             return r
     # torch's kernel: shifted - log(sum(exp(shifted))) with shifted = a - max, so an inf
-    # maximum makes the whole slice nan (logsumexp's inf rule does not apply here)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        shifted = a - xp.amax(a, axis=d, keepdims=True)
-        return shifted - xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
+    # maximum makes the whole slice nan (logsumexp's inf rule does not apply here). (The
+    # dispatcher runs kernels with numpy's warnings off; the ufuncs' own reduce skips
+    # np.amax's and np.sum's Python wrappers.)
+    if xp is np:
+        shifted = a - np.maximum.reduce(a, axis=d, keepdims=True)
+        return shifted - np.log(np.add.reduce(np.exp(shifted), axis=d, keepdims=True))
+    shifted = a - xp.amax(a, axis=d, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=d, keepdims=True))
 
 
 op(
