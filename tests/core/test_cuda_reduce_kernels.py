@@ -1,9 +1,13 @@
 """The CUDA reductions of ``_cuda_reduce``: ``sum``/``mean`` over trailing axes (rows),
-leading axes (columns) and whole arrays up to 4M elements, and ``softmax``/``log_softmax`` over
-the last axis, against numpy in float64 (to rounding: the summation order is the kernel's
-own) and with torch's NaN and inf rules; layouts they do not cover keep CuPy's kernel."""
+leading axes (columns: wide, tall and skinny, in one launch or as partial sums over runs of
+rows and a second launch) and whole arrays up to 4M elements, and ``softmax``/``log_softmax``
+over the last axis, against numpy in float64 (to rounding: the summation order is the
+kernel's own) and with torch's NaN and inf rules; layouts they do not cover keep CuPy's
+kernel."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -48,8 +52,11 @@ def launched(monkeypatch):
     return seen
 
 
-def _tol(dtype):
-    return {"rtol": 1e-5, "atol": 1e-5} if dtype is tp.float32 else {"rtol": 1e-12, "atol": 1e-12}
+def _tol(dtype, n=1):
+    """Tolerances for a reduction over ``n`` elements: float32 rounding grows like sqrt(n)."""
+    if dtype is tp.float32:
+        return {"rtol": 1e-5, "atol": 1e-5 * max(1.0, math.sqrt(n / 1000))}
+    return {"rtol": 1e-12, "atol": 1e-12}
 
 
 CASES = [  # (shape, dim): rows, columns, whole
@@ -66,6 +73,14 @@ CASES = [  # (shape, dim): rows, columns, whole
     ((300, 1000), None),  # whole, two launches
     ((1 << 17,), None),
     ((1,), 0),
+    ((65536, 16), 0),  # tall and skinny: partial sums over runs of rows, then their sum
+    ((1 << 17, 1), 0),  # one column
+    ((5000, 3), 0),  # a column count that is not a power of two
+    ((40000, 100), 0),  # tall, several groups of 32 columns
+    ((3, 70000), 0),  # wide, few rows
+    ((64, 40000), 0),  # wide enough that the column groups alone fill the GPU
+    ((1 << 15, 4, 3), 0),  # columns spanning two trailing axes
+    ((1000, 8, 16), (0, 1)),  # rows spanning two leading axes
 ]
 
 
@@ -86,7 +101,7 @@ def test_sum_and_mean_match_numpy(launched, shape, dim, dtype, keepdim):
     assert launched == ["sum", "mean"]
     for got, want in ((got_sum, want_sum), (got_mean, want_mean)):
         assert got.dtype is dtype and tuple(got.shape) == want.shape
-        np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype))
+        np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype, a.size // want.size))
 
 
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
@@ -128,7 +143,6 @@ def test_uncovered_layouts_are_declined(launched):
     assert _cuda_reduce.softmax(a, 1, log=True) is None  # not the last axis
     assert _cuda_reduce.sum(a.astype(cupy.float16), (2,), False) is None  # another dtype
     assert _cuda_reduce.sum(cupy.ones(1 << 23), None, False) is None  # a large whole sum
-    assert _cuda_reduce.sum(cupy.ones((1 << 15, 3)), (0,), False) is None  # tall columns
     assert _cuda_reduce.sum(cupy.ones((0, 3)), (0,), False) is None  # empty
     # and the op still answers there (CuPy's kernel)
     x = tp.tensor(a.get(), device="cuda")
@@ -169,3 +183,32 @@ def test_softmax_backward_rows_match_numpy(launched, shape, dtype, log):
     # float32: a row's sum of 3000 terms carries ~1e-5 of rounding, scaled by exp(out)
     tol = {"rtol": 1e-4, "atol": 1e-4} if dtype is tp.float32 else _tol(dtype)
     np.testing.assert_allclose(got.cpu().numpy(), want, **tol)
+
+
+@pytest.mark.parametrize(
+    "shape,launches",
+    [((256, 1024), 1), ((256, 10), 1), ((65536, 16), 2), ((1 << 20, 1), 2), ((64, 40000), 1)],
+)
+def test_column_sums_split_tall_inputs_into_two_launches(launched, monkeypatch, shape, launches):
+    cupy = pytest.importorskip("cupy")
+    seen = []
+    real = _cuda_reduce.launch
+    monkeypatch.setattr(_cuda_reduce, "launch", lambda *a: (seen.append(a[1]), real(*a))[1])
+    a = np.random.default_rng(5).standard_normal(shape)
+    got = _cuda_reduce.sum(cupy.asarray(a), (0,), False)
+    assert len(seen) == launches, seen
+    np.testing.assert_allclose(cupy.asnumpy(got), a.sum(0), rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+def test_tall_column_sums_keep_nan_and_inf(launched, dtype):
+    a = np.ones((40000, 5))
+    a[30000, 0] = np.nan  # NaN anywhere in a column: NaN
+    a[12345, 1] = np.inf
+    a[39999, 2] = np.inf  # inf and -inf in one column: NaN
+    a[7, 2] = -np.inf
+    a[20000, 3] = -np.inf
+    x = tp.tensor(a, dtype=dtype, device="cuda")
+    np.testing.assert_array_equal(x.sum(0).cpu().numpy(), [np.nan, np.inf, np.nan, -np.inf, 4e4])
+    np.testing.assert_array_equal(x.mean(0).cpu().numpy(), [np.nan, np.inf, np.nan, -np.inf, 1])
+    assert launched == ["sum", "mean"]

@@ -29,6 +29,8 @@
 //   cuda_launch     one CUDA kernel launch through the driver's cuLaunchKernel, the arguments
 //                   converted by a signature string (twin: the CuPy Function's own call,
 //                   _cuda_launch.py); CuPy's call builds an object per argument.
+//   cublas_gemm     cublasGemmEx / cublasGemmStridedBatchedEx with alpha 1, beta 0, the stream
+//                   set when it changed (cublas_gemm.h; twin: _cublas.py's ctypes calls).
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
 //                   converts CPU tensors in C, without a capsule or a Python call (twin:
 //                   Tensor.__dlpack__, which tvm-ffi uses when the attribute is absent).
@@ -1287,6 +1289,8 @@ void cuda_launch(uintptr_t function, unsigned grid, unsigned block, uintptr_t st
     }
 }
 
+#include "cublas_gemm.h"
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -1343,4 +1347,9 @@ PYBIND11_MODULE(_C, m) {
           "(twin: the CuPy Function's call, tensorplay._cuda_launch)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
+    m.def("cublas_bind", &cublas_bind, py::arg("path"),
+          "Bind the libcublas at path (CuPy's copy); False when it lacks a GEMM entry point");
+    m.def("cublas_register", &cublas_register, py::arg("handle"),
+          "Accept a cublasHandle_t of the bound library in cublas_gemm");
+    if (PyModule_AddFunctions(m.ptr(), cublas_gemm_defs) < 0) throw py::error_already_set();
 }

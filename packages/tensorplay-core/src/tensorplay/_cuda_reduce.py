@@ -7,7 +7,9 @@ takes on such sizes, and ``log_softmax`` written with CuPy is six of those calls
 kernels cover the layouts those calls have, for float32 and float64:
 
     rows     the trailing axes reduced   (x.sum(-1), log_softmax(x, -1): a block per row)
-    columns  the leading axes reduced    (grad.sum(0): a block per 32 columns)
+    columns  the leading axes reduced    (grad.sum(0): a block per group of up to 32
+             columns and run of rows; when the rows are many, each block sums a run
+             of them into a partial row, and a second launch sums those per column)
     whole    every axis: one block up to ``_WHOLE_MAX`` elements (loss.mean()), then
              partial sums and their sum (two launches) up to ``_TWO_PASS_MAX``
 
@@ -34,7 +36,12 @@ _C_TYPES = {"f": "float", "d": "double"}
 _WHOLE_MAX = 1 << 16  # one block reads this many elements in about a microsecond
 _TWO_PASS_MAX = 1 << 22  # beyond, CuPy's CUB reduction (device time dominates there)
 _PARTIALS = 1024
-_COLS_MAX_ROWS = 1 << 14
+# columns: one launch while a thread adds up at most _COLS_STEPS rows (a second launch costs
+# more than it saves there); past it, runs of at least _COLS_MIN_RUN steps over about
+# _COLS_BLOCKS blocks, enough to keep every SM of a large GPU reading
+_COLS_STEPS = 64
+_COLS_MIN_RUN = 16
+_COLS_BLOCKS = 1024
 _MAX_GRID = 1 << 16
 
 _SRC = r"""
@@ -80,25 +87,38 @@ __global__ void tp_rows_sum(const T *__restrict__ x, T *__restrict__ y, long lon
   }
 }
 
-// y[c] = sum (or mean) over the rows of column c; a block covers 32 columns, its 8 warps
-// take every 8th row, then add up through shared memory
+// Column sums of x (rows, cols) over runs of `run` rows: y[j * cols + c] = the sum of
+// x[r, c] over rows j * run <= r < (j + 1) * run, divided by `count` unless it is 0 (a
+// mean). One run (run >= rows) is the whole answer; several leave a (runs, cols) array of
+// partial sums for a second launch over it. A tile is one run of `cpw` columns (32, or
+// the power of two >= cols for fewer): a warp reads 32 / cpw consecutive rows at once
+// (every load a contiguous span of the array), 8 warps (256 threads) take turns down the
+// run, then the lanes of one column add up by shuffles and the 8 warps through shared
+// memory.
 template <typename T>
 __global__ void tp_cols_sum(const T *__restrict__ x, T *__restrict__ y, long long rows,
-                            long long cols, long long count) {
-  __shared__ T sh[8][33];
-  int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
-  for (long long c0 = blockIdx.x * 32LL; c0 < cols; c0 += 32LL * gridDim.x) {
-    long long c = c0 + tx;
+                            long long cols, long long run, int cpw, long long count) {
+  __shared__ T sh[8][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rpw = 32 / cpw;  // rows a warp reads at once
+  const long long groups = (cols + cpw - 1) / cpw, runs = (rows + run - 1) / run;
+  for (long long t = blockIdx.x; t < groups * runs; t += gridDim.x) {
+    const long long j = t / groups, c = (t % groups) * cpw + (lane & (cpw - 1));
+    const long long r1 = (j + 1) * run < rows ? (j + 1) * run : rows;
     T s = 0;
-    if (c < cols)
-      for (long long r = ty; r < rows; r += 8) s += x[r * cols + c];
+    if (c < cols) {
+#pragma unroll 4
+      for (long long r = j * run + warp * rpw + lane / cpw; r < r1; r += 8 * rpw)
+        s += x[r * cols + c];
+    }
+    for (int o = 16; o >= cpw; o >>= 1) s += __shfl_down_sync(0xffffffffu, s, o);
+    __syncthreads();  // sh may still be read for the previous tile
+    if (lane < cpw) sh[warp][lane] = s;
     __syncthreads();
-    sh[ty][tx] = s;
-    __syncthreads();
-    if (ty == 0 && c < cols) {
-      T t = 0;
-      for (int k = 0; k < 8; ++k) t += sh[k][tx];
-      y[c] = count ? t / (T)count : t;
+    if (warp == 0 && lane < cpw && c < cols) {
+      T total = 0;
+      for (int k = 0; k < 8; ++k) total += sh[k][lane];
+      y[j * cols + c] = count ? total / (T)count : total;
     }
   }
 }
@@ -213,8 +233,6 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
     elif axes == tuple(range(k)):  # leading axes: columns
         rows = math.prod(a.shape[:k])
         kind = "cols"
-        if rows > _COLS_MAX_ROWS:
-            return None  # each thread would add up too many rows one after another
     else:
         return None
     cols = a.size // rows
@@ -238,12 +256,36 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
             (partial.data.ptr, out.data.ptr, 1, grid, count),
         )
         return out
-    if kind == "rows":
-        grid, threads = min(rows, _MAX_GRID), _threads(cols)
-    else:
-        grid, threads = min(-(-cols // 32), _MAX_GRID), 256
+    if kind == "cols":
+        _cols_sum(fns["cols"], a, out, rows, cols, count)
+        return out
+    grid, threads = min(rows, _MAX_GRID), _threads(cols)
     launch(fns[kind], grid, threads, "ppqqq", (a.data.ptr, out.data.ptr, rows, cols, count))
     return out
+
+
+def _cols_sum(fn, a, out, rows: int, cols: int, count: int) -> None:
+    """``out`` = the column sums of ``a`` read as (rows, cols), divided by ``count`` unless
+    it is 0: one launch of ``tp_cols_sum`` when each thread has few rows to add or the
+    column groups alone fill the GPU, else partial sums over runs of rows, then the same
+    kernel over those partial rows."""
+    cpw = 32 if cols >= 32 else 1 << (cols - 1).bit_length()  # columns a warp reads at once
+    groups = -(-cols // cpw)
+    step = 8 * (32 // cpw)  # rows a block reads at once
+    steps = -(-rows // step)
+    runs = 1
+    if steps > _COLS_STEPS:
+        run_steps = max(_COLS_MIN_RUN, -(-steps // max(1, _COLS_BLOCKS // groups)))
+        runs = -(-steps // run_steps)
+    if runs == 1:
+        args = (a.data.ptr, out.data.ptr, rows, cols, rows, cpw, count)
+        launch(fn, min(groups, _MAX_GRID), 256, "ppqqqiq", args)
+        return
+    partial = _device.cupy_or_raise().empty((runs, cols), a.dtype)
+    args = (a.data.ptr, partial.data.ptr, rows, cols, run_steps * step, cpw, 0)
+    launch(fn, min(groups * runs, _MAX_GRID), 256, "ppqqqiq", args)
+    args = (partial.data.ptr, out.data.ptr, runs, cols, runs, cpw, count)
+    launch(fn, min(groups, _MAX_GRID), 256, "ppqqqiq", args)
 
 
 def softmax(a, dim: int, log: bool):

@@ -25,6 +25,8 @@ native                        Python twin
                               ``reduce="add"`` along one dim of contiguous arrays)
 ``cuda_launch``               the CuPy ``Function``'s call in ``_cuda_launch.launch`` (a
                               launch of our own CUDA kernels through ``cuLaunchKernel``)
+``cublas_gemm``               the ctypes calls of ``_cublas._gemm_ctypes`` (cuBLAS's GEMM
+                              with the arguments converted in C; handles made by ctypes)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
                               is absent without ``_C``; tvm-ffi then calls ``__dlpack__``)
 ============================  ===========================================================

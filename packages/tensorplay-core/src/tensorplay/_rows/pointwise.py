@@ -537,11 +537,13 @@ unary(
 )
 # torch's threshold_backward: where(input <= threshold, 0, grad_output), relu's backward
 # (input: relu's result, threshold 0) in one kernel instead of a comparison, a negation and
-# a where; a NaN input passes its gradient on.
+# a where; a NaN input passes its gradient on (NaN <= 0 is false). On CUDA the default
+# threshold is one kernel (``cuda``: a is grad_output, b is input) where CuPy's where takes two.
 _THRESHOLD_BACKWARD = binary(
     "_threshold_backward",
     lambda xp, g, x, threshold=0: xp.where(x <= threshold, g.dtype.type(0), g),
     params="grad_output, input, threshold=0",
+    cuda="(b <= (T)0) ? (T)0 : a",
     allow="if",
     inplace=False,
     method=False,
