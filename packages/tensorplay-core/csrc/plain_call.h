@@ -294,7 +294,7 @@ done:
 // plain_call(row, targs, params, out=None, inplace=None): _dispatch.call's signature.
 PyObject *plain_call(PyObject *, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     if (P.ready && !kwnames && nargs >= 3 && nargs <= 5 && gate_plain() &&
-        Py_TYPE(args[0]) == reinterpret_cast<PyTypeObject *>(P.row_type) &&
+        PyObject_TypeCheck(args[0], reinterpret_cast<PyTypeObject *>(P.row_type)) &&
         PyTuple_CheckExact(args[1]) && PyDict_CheckExact(args[2]) &&
         (nargs < 4 || args[3] == Py_None) && (nargs < 5 || args[4] == Py_None)) {
         PyObject *row = args[0], *targs = args[1], *params = args[2];

@@ -179,13 +179,14 @@ def _layout(arrays: tuple):
     return None
 
 
-def run(expr: str, arrays: tuple, out=None):
+def run(expr: str, arrays: tuple, out=None, min_elements: int | None = None):
     """``expr`` over ``arrays`` (one or two CuPy arrays, or an array and a number already of
-    its dtype), into ``out`` when given; None where this layout, dtype or size is not covered."""
+    its dtype), into ``out`` when given; None where this layout, dtype or size (below
+    ``min_elements``, default ``MIN_ELEMENTS``) is not covered."""
     n = getattr(arrays[0], "size", 0)
     if len(arrays) == 2:
         n = max(n, getattr(arrays[1], "size", 0))
-    if n < MIN_ELEMENTS:
+    if n < (MIN_ELEMENTS if min_elements is None else min_elements) or n == 0:
         return None
     layout = _layout(arrays)
     if layout is None:

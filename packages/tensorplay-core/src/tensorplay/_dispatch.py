@@ -192,6 +192,10 @@ class OpDef:
     # A C expression of the elements ``a`` (and ``b``) in the compute dtype, for a row whose
     # result has that dtype: its CUDA kernel for contiguous inputs (``_cuda_pointwise``)
     cuda: str = ""
+    # The row's CuPy kernel is several launches (a comparison, then a where): its ``cuda``
+    # expression, one launch, then runs at every size, not only from
+    # ``_cuda_pointwise.MIN_ELEMENTS`` up (below which one CuPy launch costs less host time)
+    cuda_fused: bool = False
     allow: str = "bifc"  # dtype categories accepted: b(ool) i(nt) f(loat) c(omplex)
     # Python numbers as inputs after the first must fit the result dtype where its kind is
     # listed: i(nt) h(alf: float16, bfloat16) f(loat32/64) c(omplex). torch checks them
@@ -956,7 +960,7 @@ def _cuda_expr(row, arrays, odt, out=None):
     ``_cuda_pointwise`` does not cover)."""
     if not row.cuda or row.device_kernels or getattr(arrays[0], "dtype", odt.np) != odt.np:
         return None
-    return _cuda_pointwise.run(row.cuda, arrays, out)
+    return _cuda_pointwise.run(row.cuda, arrays, out, 0 if row.cuda_fused else None)
 
 
 def _fast_record(row, targs, result):

@@ -544,6 +544,7 @@ _THRESHOLD_BACKWARD = binary(
     lambda xp, g, x, threshold=0: xp.where(x <= threshold, g.dtype.type(0), g),
     params="grad_output, input, threshold=0",
     cuda="(b <= (T)0) ? (T)0 : a",
+    cuda_fused=True,  # CuPy: a comparison and a where
     allow="if",
     inplace=False,
     method=False,
