@@ -33,8 +33,8 @@ def launches(monkeypatch):
     seen = []
     real = _cuda_pointwise.run
 
-    def run(expr, arrays, out=None):
-        r = real(expr, arrays, out)
+    def run(expr, arrays, out=None, min_elements=None):
+        r = real(expr, arrays, out, min_elements)
         if r is not None:
             seen.append(expr)
         return r
