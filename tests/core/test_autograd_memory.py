@@ -168,7 +168,7 @@ def test_training_loop_memory_is_flat():
 
 
 def test_results_are_saved_only_for_formulas_that_read_them():
-    from tensorplay.autograd._record import _reads_ctx_out
+    from tensorplay.autograd._record import _reads_ctx
 
     def helper(ctx, g):
         return g
@@ -176,15 +176,23 @@ def test_results_are_saved_only_for_formulas_that_read_them():
     def nested(ctx, g):
         return (lambda: ctx.out)()
 
-    assert not _reads_ctx_out(lambda ctx, g: g * ctx.inputs[0] + ctx.params["k"])
-    assert _reads_ctx_out(lambda ctx, g: g * ctx.out)
-    assert _reads_ctx_out(lambda ctx, g: helper(ctx, g))  # ctx passed on: maybe
-    assert _reads_ctx_out(lambda ctx, g: getattr(ctx, "out"))  # noqa: B009
-    assert _reads_ctx_out(nested)  # captured by a closure: maybe
+    assert not _reads_ctx(lambda ctx, g: g * ctx.inputs[0] + ctx.params["k"], "out")
+    assert _reads_ctx(lambda ctx, g: g * ctx.inputs[0] + ctx.params["k"], "inputs")
+    assert _reads_ctx(lambda ctx, g: g * ctx.out, "out")
+    assert not _reads_ctx(lambda ctx, g: g * ctx.out, "inputs")
+    for attr in ("out", "inputs"):
+        assert _reads_ctx(lambda ctx, g: helper(ctx, g), attr)  # ctx passed on: maybe
+        assert _reads_ctx(lambda ctx, g: getattr(ctx, attr), attr)  # noqa: B009
+        assert _reads_ctx(nested, attr)  # captured by a closure: maybe
     x = tp.tensor([1.0, 2.0], requires_grad=True)
     s, e = (x * 3).sum(), x.exp()
     assert s.grad_fn._saved[1] is None  # sum's formula only needs the input's shape
     assert e.grad_fn._saved[1] is not None  # exp's derivative is its result
+    r = x.relu()
+    assert r.grad_fn._saved[0] is None  # relu's backward reads its result alone (torch)
+    assert r.grad_fn._saved[1] is not None
+    r.sum().backward()
+    x.grad = None
     (s + e.sum()).backward()
     np.testing.assert_allclose(x.grad.numpy(), 3 + np.exp([1.0, 2.0]), rtol=1e-6)
 

@@ -235,8 +235,18 @@ def test_gradcheck_passes(row):
 
 def _jvp(case, tangents):
     """``row.jvp`` on a forward-mode ctx for the call: the inputs and params autograd
-    recorded, and the call's result (a backward node keeps it only when its vjp reads it)."""
-    result = case.run(case.args)
+    recorded, and the call's result."""
+    # the node keeps the inputs only when its vjp reads them: here it must keep them all
+    row = case.row
+    cached = row.__dict__.get("_saves")
+    row._saves = (True, True)
+    try:
+        result = case.run(case.args)
+    finally:
+        if cached is None:
+            del row._saves
+        else:
+            row._saves = cached
     outs = _float_outputs(result)
     recorded = _Ctx(outs[0].grad_fn)
     ctx = _ForwardCtx(tuple(recorded.inputs), recorded.params, result)

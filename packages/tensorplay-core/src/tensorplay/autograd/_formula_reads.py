@@ -8,9 +8,10 @@ readers answer that question, for the three shapes a formula has:
 - ``takes_out(d)``: does a partial derivative ``d(*inputs, out, **params)`` name ``out``,
   the op's result (then the result is saved)?
 - ``reads(d)``: which of its positional parameters (the op's inputs) does its body load?
-- ``tensorplay.autograd._record._reads_ctx_out(vjp)``: can a whole formula
-  ``vjp(ctx, grad)`` read ``ctx.out``? It lives beside the recorder that asks it (the
-  question is about ``ctx``, not about parameters) and uses ``local_names`` from here.
+- ``tensorplay.autograd._record._reads_ctx(vjp, attr)``: can a whole formula
+  ``vjp(ctx, grad)`` read ``ctx.out`` (``ctx.inputs``)? It lives beside the recorder that
+  asks it (the question is about ``ctx``, not about parameters) and uses ``local_names``
+  from here.
 
 ``local_names`` is the one place that knows how bytecode names local variables.
 """

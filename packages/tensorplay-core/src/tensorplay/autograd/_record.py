@@ -88,7 +88,13 @@ class _Ctx:
     @property
     def inputs(self) -> _LazyInputs:
         if self._inputs is None:
-            self._inputs = _LazyInputs(self._node._check_saved()[0], self._node.name())
+            saved = self._node._check_saved()[0]
+            if saved is None:
+                raise RuntimeError(
+                    f"{self._node.name()}: the formula reads ctx.inputs but its bytecode "
+                    "showed no read of them; the inputs were not saved"
+                )
+            self._inputs = _LazyInputs(saved, self._node.name())
         return self._inputs
 
     @property
@@ -104,26 +110,31 @@ class _Ctx:
         return vals if self._node.row.multi else vals[0]
 
 
-def _saves_out(row) -> bool:
-    """Does ``row``'s backward read the op's result? Formulas built from partial
-    derivatives say so (``vjp.reads_out()``); for other formulas the bytecode tells
-    (``_reads_ctx_out``). Multi-output rows always save theirs: missing gradients are
-    filled with zeros shaped like the outputs."""
-    saves = row.__dict__.get("_saves_out")
+def _saves(row) -> tuple:
+    """(save the inputs?, save the result?) for ``row``'s backward: only what its formula
+    can read, as torch's derivatives.yaml saves only what a formula names (relu's backward
+    reads its result alone). Formulas built from partial derivatives read the inputs and say
+    whether they read the result (``vjp.reads_out()``); for other formulas the bytecode
+    tells (``_reads_ctx``). Multi-output rows always save their results: missing gradients
+    are filled with zeros shaped like the outputs."""
+    saves = row.__dict__.get("_saves")
     if saves is None:
         probe = getattr(row.vjp, "reads_out", None)
-        reads = _reads_ctx_out(row.vjp) if probe is None else bool(probe())
-        saves = row._saves_out = row.multi or reads
+        if probe is None:
+            inputs, out = _reads_ctx(row.vjp, "inputs"), _reads_ctx(row.vjp, "out")
+        else:
+            inputs, out = True, bool(probe())
+        saves = row._saves = (inputs, row.multi or out)
     return saves
 
 
 _CTX_READS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})  # LOAD_METHOD: Python < 3.12
 
 
-def _reads_ctx_out(fn) -> bool:
-    """Can formula ``fn(ctx, ...)`` read ``ctx.out``? No only when every use of ``ctx`` in
-    its bytecode is an attribute read of another name (``ctx.inputs``, ``ctx.params``):
-    passing ``ctx`` on, or a nested function capturing it, counts as yes."""
+def _reads_ctx(fn, attr: str) -> bool:
+    """Can formula ``fn(ctx, ...)`` read ``ctx.<attr>``? No only when every use of ``ctx`` in
+    its bytecode is an attribute read of another name (``ctx.params``): passing ``ctx`` on,
+    or a nested function capturing it, counts as yes."""
     code = getattr(fn, "__code__", None)
     if code is None or code.co_argcount == 0:
         return True
@@ -138,7 +149,7 @@ def _reads_ctx_out(fn) -> bool:
         # an attribute read: a LOAD_FAST* pushes ctx last (on top of the stack) and the
         # next instruction takes an attribute of it
         pushed_last = ins.opname.startswith("LOAD_FAST") and ctx not in names[:-1]
-        if not pushed_last or nxt is None or nxt.opname not in _CTX_READS or nxt.argval == "out":
+        if not pushed_last or nxt is None or nxt.opname not in _CTX_READS or nxt.argval == attr:
             return True
     return False
 
@@ -163,10 +174,13 @@ class OpNode(Node):
             save = _ViewGeometry
         else:
             save = SavedTensor
-        saved_in = [save(x) if isinstance(x, Tensor) else x for x in targs]
-        if seq:
-            saved_in[0] = [SavedTensor(x) for x in targs[0]]
-        saved_out = [save(o, self) for o in outputs] if _saves_out(row) else None
+        save_in, save_out = _saves(row)
+        saved_in = None
+        if save_in:
+            saved_in = [save(x) if isinstance(x, Tensor) else x for x in targs]
+            if seq:
+                saved_in[0] = [SavedTensor(x) for x in targs[0]]
+        saved_out = [save(o, self) for o in outputs] if save_out else None
         self._saved = (saved_in, saved_out)
         if _anomaly.enabled:  # (Node.__init__, which checks this for other nodes, is not run)
             anomaly_mode.record(self)
@@ -177,7 +191,7 @@ class OpNode(Node):
     def _check_saved(self):
         if self._saved is None:
             raise RuntimeError(_FREED)
-        if self._seq:
+        if self._seq and self._saved[0] is not None:
             seq, *rest = self._saved[0]
             return ([[s.unpack(self.name()) for s in seq], *rest], self._saved[1])
         return self._saved
