@@ -132,6 +132,8 @@ def _batched(func, args: tuple, kwargs: dict):
     records this op around the handler, so the rules' own reshapes of shared tensors that
     require grad would only add graph nodes nobody reads."""
     fw, gm = forward_ad.state, grad_mode.state
+    if fw.busy and not gm.enabled:  # a rule's call inside a rule (nested vmap)
+        return _batched_rule(func, args, kwargs)
     busy, fw.busy = fw.busy, True
     enabled, gm.enabled = gm.enabled, False
     try:

@@ -71,6 +71,10 @@ class OpHandle:
         # below autograd, both modes: the outer call records the graph and propagates the
         # tangents (the handler's own calls on unwrapped values would only duplicate them)
         fw, gm = forward_ad.state, grad_mode.state
+        if fw.busy and not gm.enabled:  # a handler's call: below autograd already
+            if row.kind == "tensor_op":
+                return row.below_autograd(args, kwargs)
+            return (row.inplace_fn if self.inplace else row.fn)(*args, **kwargs)
         busy, fw.busy = fw.busy, True
         enabled, gm.enabled = gm.enabled, False
         try:
