@@ -104,8 +104,13 @@ def test_sum_and_mean_match_numpy(launched, shape, dim, dtype, keepdim):
         np.testing.assert_allclose(got.cpu().numpy(), want, **_tol(dtype, a.size // want.size))
 
 
+# rows of up to 64 get a warp each (8 per block), longer rows a block; (600000, 2) has more
+# rows than the warps of the largest grid, so warps loop over rows
+SOFTMAX_SHAPES = [(4, 10), (256, 10), (3, 1), (2, 5, 3000), (7,), (20, 64), (20, 65), (600000, 2)]
+
+
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
-@pytest.mark.parametrize("shape", [(4, 10), (256, 10), (3, 1), (2, 5, 3000), (7,)])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
 @pytest.mark.parametrize("log", [True, False])
 def test_softmax_rows_match_numpy(launched, shape, dtype, log):
     rng = np.random.default_rng(1)
@@ -164,7 +169,7 @@ def test_gradients_through_the_kernels(launched):
 
 
 @pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
-@pytest.mark.parametrize("shape", [(4, 10), (3, 1), (2, 5, 3000)])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
 @pytest.mark.parametrize("log", [True, False])
 def test_softmax_backward_rows_match_numpy(launched, shape, dtype, log):
     from tensorplay._dispatch import OPS

@@ -6,7 +6,8 @@ classes. CuPy's reduction machinery spends far more host time per call than the 
 takes on such sizes, and ``log_softmax`` written with CuPy is six of those calls. These
 kernels cover the layouts those calls have, for float32 and float64:
 
-    rows     the trailing axes reduced   (x.sum(-1), log_softmax(x, -1): a block per row)
+    rows     the trailing axes reduced   (x.sum(-1), log_softmax(x, -1): a block per row;
+             (log_)softmax rows of up to 64 elements a warp each)
     columns  the leading axes reduced    (grad.sum(0): a block per group of up to 32
              columns and run of rows; when the rows are many, each block sums a run
              of them into a partial row, and a second launch sums those per column)
@@ -43,6 +44,8 @@ _COLS_STEPS = 64
 _COLS_MIN_RUN = 16
 _COLS_BLOCKS = 1024
 _MAX_GRID = 1 << 16
+_WARP_ROW_MAX = 64  # (log_)softmax rows up to this long get a warp each, not a block
+_WARPS = 8  # warps (rows at a time) per block of those kernels
 
 _SRC = r"""
 template <typename T> __device__ __forceinline__ T tp_max(T a, T b) {
@@ -160,6 +163,60 @@ __global__ void tp_softmax_rows(const T *__restrict__ x, T *__restrict__ y, long
   }
 }
 
+// v reduced over the warp, every lane gets it (the whole warp calls it)
+template <typename T, bool MAX>
+__device__ __forceinline__ T tp_warp_all(T v) {
+  for (int o = 16; o > 0; o >>= 1) {
+    T w = __shfl_xor_sync(0xffffffffu, v, o);
+    v = MAX ? tp_max(v, w) : v + w;
+  }
+  return v;
+}
+
+// tp_softmax_rows for short rows: a warp per row, 8 rows per block (a block per row of a
+// classifier's logits would leave most of its threads idle, and launch a block per row)
+template <typename T, bool LOG>
+__global__ void tp_softmax_warp_rows(const T *__restrict__ x, T *__restrict__ y,
+                                     long long rows, long long cols) {
+  const int lane = threadIdx.x & 31;
+  const long long step = (long long)gridDim.x * (blockDim.x >> 5);
+  for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+       r += step) {  // r is the same for the whole warp: the shuffles see every lane
+    const T *xr = x + r * cols;
+    T *yr = y + r * cols;
+    T m = xr[0];
+    for (long long c = lane; c < cols; c += 32) m = tp_max(m, xr[c]);
+    m = tp_warp_all<T, true>(m);
+    T s = 0;
+    for (long long c = lane; c < cols; c += 32) s += exp(xr[c] - m);
+    s = tp_warp_all<T, false>(s);
+    if (LOG) {
+      T l = log(s);
+      for (long long c = lane; c < cols; c += 32) yr[c] = (xr[c] - m) - l;
+    } else {
+      for (long long c = lane; c < cols; c += 32) yr[c] = exp(xr[c] - m) / s;
+    }
+  }
+}
+
+// tp_softmax_backward_rows for short rows, a warp per row
+template <typename T, bool LOG>
+__global__ void tp_softmax_backward_warp_rows(const T *__restrict__ g, const T *__restrict__ out,
+                                              T *__restrict__ y, long long rows, long long cols) {
+  const int lane = threadIdx.x & 31;
+  const long long step = (long long)gridDim.x * (blockDim.x >> 5);
+  for (long long r = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); r < rows;
+       r += step) {
+    const T *gr = g + r * cols, *orow = out + r * cols;
+    T *yr = y + r * cols;
+    T s = 0;
+    for (long long c = lane; c < cols; c += 32) s += LOG ? gr[c] : gr[c] * orow[c];
+    s = tp_warp_all<T, false>(s);
+    for (long long c = lane; c < cols; c += 32)
+      yr[c] = LOG ? gr[c] - exp(orow[c]) * s : orow[c] * (gr[c] - s);
+  }
+}
+
 // the backward of row r: y = g - exp(out) * sum(g) for log_softmax (LOG),
 // y = out * (g - sum(g * out)) for softmax
 template <typename T, bool LOG>
@@ -195,6 +252,10 @@ def _functions(char: str, device: int) -> dict:
             "softmax": f"tp_softmax_rows<{t}, false>",
             "log_softmax_backward": f"tp_softmax_backward_rows<{t}, true>",
             "softmax_backward": f"tp_softmax_backward_rows<{t}, false>",
+            "log_softmax_warp": f"tp_softmax_warp_rows<{t}, true>",
+            "softmax_warp": f"tp_softmax_warp_rows<{t}, false>",
+            "log_softmax_backward_warp": f"tp_softmax_backward_warp_rows<{t}, true>",
+            "softmax_backward_warp": f"tp_softmax_backward_warp_rows<{t}, false>",
         }
         module = cp.RawModule(
             code=_SRC, options=("-std=c++14",), name_expressions=list(names.values())
@@ -297,10 +358,19 @@ def softmax(a, dim: int, log: bool):
     rows = a.size // cols
     cp = _device.cupy_or_raise()
     out = cp.empty(a.shape, a.dtype)
-    fn = _functions(a.dtype.char, out.device.id)["log_softmax" if log else "softmax"]
+    name = "log_softmax" if log else "softmax"
+    fns = _functions(a.dtype.char, out.device.id)
     args = (a.data.ptr, out.data.ptr, rows, cols)
-    launch(fn, min(rows, _MAX_GRID), _threads(cols), "ppqq", args)
+    launch(*_rows_launch(fns, name, rows, cols), "ppqq", args)
     return out
+
+
+def _rows_launch(fns: dict, name: str, rows: int, cols: int) -> tuple:
+    """(function, grid, threads) of a row-wise kernel: a warp per row for short rows, else a
+    block per row."""
+    if cols <= _WARP_ROW_MAX:
+        return fns[name + "_warp"], min(-(-rows // _WARPS), _MAX_GRID), 32 * _WARPS
+    return fns[name], min(rows, _MAX_GRID), _threads(cols)
 
 
 def softmax_backward(g, out, dim: int, log: bool):
@@ -315,9 +385,7 @@ def softmax_backward(g, out, dim: int, log: bool):
     rows = g.size // cols
     cp = _device.cupy_or_raise()
     y = cp.empty(g.shape, g.dtype)
-    fn = _functions(g.dtype.char, y.device.id)[
-        "log_softmax_backward" if log else "softmax_backward"
-    ]
+    name = "log_softmax_backward" if log else "softmax_backward"
     args = (g.data.ptr, out.data.ptr, y.data.ptr, rows, cols)
-    launch(fn, min(rows, _MAX_GRID), _threads(cols), "pppqq", args)
+    launch(*_rows_launch(_functions(g.dtype.char, y.device.id), name, rows, cols), "pppqq", args)
     return y
