@@ -1138,14 +1138,17 @@ _REDUCE_FAST = """
             return _fast_record(_row, (input,), r) if input.requires_grad else r
 """
 
-# Views need no dtype, device or kernel work: without a layer and without grad to record,
-# the general path would only add its checks (~3 µs) around the same _call_view.
+# Views need no dtype, device or kernel work: without a layer the general path would only
+# add its checks (~3 µs) around the same _call_view and the same recording (execute's view
+# branch).
 _VIEW_FAST = """
-    if type({a}) is _T and _st.plain and not {a}.requires_grad:
+    if type({a}) is _T and _st.plain:
         try:
-            return _call_view(_row, {targs}, {kw})
+            r = _call_view(_row, {targs}, {kw})
         except TypeError:
             pass  # an argument of another type: the general path asks its handler or raises
+        else:
+            return _plain_record(_row, {targs}, {kw}, r) if {a}.requires_grad else r
 """
 
 
@@ -1289,6 +1292,7 @@ def _generate(row: OpDef) -> Callable:
         "_fast_record": _fast_record,
         "_cuda_fast": _cuda_fast,
         "_call_view": _call_view,
+        "_plain_record": _plain_record,
         "_wrap_one": _wrap_one,
         "_quiet_on": _quiet_on,
         "_quiet_off": _quiet_off,
