@@ -229,10 +229,15 @@ PyObject *replay(PyObject *plan, PyObject *row, PyObject *targs, PyObject *param
     PyObject *owned[kMaxPlainInputs] = {};
     stack[0] = xp;
     PyObject *r = nullptr;
+    bool no_array = false;
     for (Py_ssize_t i = 0; i < n; ++i) {
         PyObject *x = PyTuple_GET_ITEM(targs, i), *c = PyTuple_GET_ITEM(conv, i);
         if (Py_TYPE(x) == L.tensor) {
             stack[1 + i] = slot(x, L.t_data);
+            if (!stack[1 + i]) {  // a tensor with no array: the general path explains it
+                no_array = true;
+                goto done;
+            }
         } else if (c == Py_None) {
             stack[1 + i] = x;
         } else {
@@ -256,6 +261,7 @@ PyObject *replay(PyObject *plan, PyObject *row, PyObject *targs, PyObject *param
     }
 done:
     for (Py_ssize_t i = 0; i < n; ++i) Py_XDECREF(owned[i]);
+    if (no_array) return NOT_FAST;
     if (!r) {
         if (PyErr_ExceptionMatches(PyExc_Exception)) {
             PyErr_Clear();

@@ -613,14 +613,6 @@ def _kernel(row: OpDef, xp, cdt, odt, params) -> Callable:
 # tensors, inputs that need a cast, installed device kernels, views, meta tensors.
 
 
-def _number_array(xp, dt, by_value, x):
-    """A Python number as ``execute`` hands it to the kernel (``_as_array``)."""
-    a = D.scalar_array(x, dt)
-    if xp is np:
-        return a
-    return a[()] if by_value else xp.asarray(a)
-
-
 def _plan(row: OpDef, targs: tuple, params: dict):
     """``(kernel, xp, odt, device, converters, quiet, cpu_descr)`` for replaying this call
     (see above), or None when it must take the general path (which also raises any error
@@ -643,7 +635,7 @@ def _plan(row: OpDef, targs: tuple, params: dict):
         return None  # inputs round to float16/bfloat16 first (``_as_array``'s ``via``)
     xp = np if dev is CPU else _device.array_module(dev)
     cast = row.cast if row.cast is not None else range(len(targs))
-    by_value = row.ufunc is not None and not row.device_kernels
+    by_value = row.ufunc is not None  # (as execute's: rows with device kernels have no plan)
     converters = []
     for i, x in enumerate(targs):
         if type(x) is Tensor:
@@ -653,7 +645,8 @@ def _plan(row: OpDef, targs: tuple, params: dict):
         elif x is None or i not in cast:
             converters.append(None)
         else:
-            converters.append(functools.partial(_number_array, xp, cdt, by_value))
+            # the number as execute hands it to the kernel
+            converters.append(functools.partial(_as_array, xp, dt=cdt, dev=dev, by_value=by_value))
     quiet = row.may_warn and xp is np
     descr = odt.np if dev is CPU and not row.multi else None
     return (_kernel(row, xp, cdt, odt, params), xp, odt, dev, tuple(converters), quiet, descr)
@@ -964,10 +957,9 @@ def _cuda_expr(row, arrays, odt, out=None):
 
 
 def _fast_record(row, targs, result):
-    """The fast path's result, with its backward node when an input requires grad."""
-    if autograd_hooks.needs_grad(targs):
-        return autograd_hooks.record(row, targs, row.defaults, result)
-    return result
+    """The fast path's result, with its backward node when an input requires grad (the fast
+    path runs only with the parameters at their defaults)."""
+    return _plain_record(row, targs, row.defaults, result)
 
 
 def _fast_dtypes(row: OpDef) -> dict:

@@ -343,7 +343,6 @@ def _sole_subclass(targs: tuple, params: dict):
 
 
 @functools.cache
-@functools.cache
 def _row_form(row) -> bool:
     """``row.fn(*targs, **params)`` repeats a call of ``row`` (the form row handlers get):
     a row of the op table without a ``*name`` parameter."""
