@@ -189,3 +189,86 @@ def test_misuse_is_an_error_not_a_crash():
     # targs as a list is not a plain call: the general path answers as it always did
     assert C.plain_call(row, xs, {}).tolist() == _dispatch._general_call(row, xs, {}).tolist()
     assert tp.relu(tp.ones(2)).tolist() == [1.0, 1.0]
+
+
+def _handler(arr) -> str:
+    return np._core.multiarray.get_handler_name(arr)
+
+
+def test_large_results_are_kept_as_the_storage_without_a_copy():
+    x = tp.tensor(np.linspace(-2, 2, 1000, dtype=np.float32))  # 4000 bytes: past the slabs
+    y = tp.exp(x)
+    # numpy allocated the result through the aligned handler, and the tensor keeps it
+    assert _handler(y._data) == "tensorplay_aligned64"
+    assert y._data.base is None and y.data_ptr() % 64 == 0
+    np.testing.assert_allclose(y.numpy(), np.exp(x.numpy()), rtol=1e-6)
+    # only inside the kernel: numpy's own allocator is back afterwards
+    assert _handler(np.empty(1000)) == "default_allocator"
+    # small results still come from the slabs
+    s = tp.exp(tp.ones(4))
+    assert s._data.base is not None and s.data_ptr() % 64 == 0
+
+
+def test_the_aligned_allocator_reallocates_and_frees(monkeypatch):
+    """A kernel that grows an array (numpy reallocs) keeps its contents, and the arrays it
+    leaves behind are freed by the handler that made them."""
+    calls = []
+
+    def grow(xp, a):
+        calls.append(1)
+        grown = np.fromiter((float(i) for i in range(a.size)), np.float32)  # reallocs
+        assert _handler(grown) == "tensorplay_aligned64"
+        zeroed = np.zeros(a.size, np.float32)  # calloc
+        return (grown + zeroed).reshape(a.shape)
+
+    C.plain_forget()
+    monkeypatch.setattr(_dispatch, "_kernel", lambda row, xp, cdt, odt, params: grow)
+    try:
+        x = tp.ones(3000)
+        for _ in range(3):
+            r = tp.relu(x)
+            np.testing.assert_array_equal(r.numpy(), np.arange(3000, dtype=np.float32))
+    finally:
+        C.plain_forget()
+    assert len(calls) == 3
+    del r
+
+
+def test_a_kernel_handing_back_an_input_array_gets_a_copy(monkeypatch):
+    x = tp.exp(tp.zeros(1000))  # its array was kept without a copy: it owns its memory
+    assert x._data.base is None
+    C.plain_forget()
+    monkeypatch.setattr(_dispatch, "_kernel", lambda row, xp, cdt, odt, params: lambda xp, a: a)
+    try:
+        y = tp.relu(x)
+    finally:
+        C.plain_forget()
+    assert y._data is not x._data and y.data_ptr() != x.data_ptr()
+    y.add_(1.0)
+    assert x.tolist() == [1.0] * 1000 and y.tolist() == [2.0] * 1000
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_relu_and_its_backward_match_numpy(dtype):
+    g = np.random.default_rng(1)
+    x = (g.standard_normal((5, 7)) * 2).astype(dtype)
+    x[0, :4] = [np.nan, -0.0, 0.0, -np.inf]
+    grad = g.standard_normal((5, 7)).astype(dtype)
+    r = C.relu(x)
+    want = np.maximum(x, 0)
+    np.testing.assert_array_equal(r, want)
+    assert r.dtype == dtype and not np.signbit(r[0, 1])  # -0.0 -> +0.0, as numpy's maximum
+    for t in (0, 0.5, -1):
+        np.testing.assert_array_equal(
+            C.threshold_backward(grad, x, t), np.where(x <= t, dtype(0), grad)
+        )
+    # other dtypes and layouts: None, the numpy kernel answers
+    assert C.relu(x.astype(np.float16)) is None and C.relu(x.T) is None
+    assert C.relu([1.0]) is None
+    assert C.threshold_backward(grad, x.astype(np.float32 if dtype is np.float64 else np.float64), 0) is None
+    assert C.threshold_backward(grad[:, :3], x[:, :3], 0) is None  # not contiguous
+    assert C.threshold_backward(grad[:2], x[:3], 0) is None  # shapes differ
+    # through the op: relu's gradient where the input is NaN passes the gradient on
+    t = tp.tensor(x, requires_grad=True)
+    t.relu().backward(tp.tensor(grad))
+    np.testing.assert_array_equal(t.grad.numpy(), np.where(np.maximum(x, 0) <= 0, 0, grad))

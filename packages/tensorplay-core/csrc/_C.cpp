@@ -26,6 +26,8 @@
 //                   _rows/convolution.py's _max_pool_arrays).
 //   scatter_add     scatter(dim, reduce="add") along one dim of contiguous arrays (twin:
 //                   numpy's add.at, _rows/indexing.py's add_at).
+//   relu, threshold_backward  relu and its backward over float arrays in one pass
+//                   (twins: the numpy kernels of those rows in _rows/pointwise.py).
 //   cuda_launch     one CUDA kernel launch through the driver's cuLaunchKernel, the arguments
 //                   converted by a signature string (twin: the CuPy Function's own call,
 //                   _cuda_launch.py); CuPy's call builds an object per argument.
@@ -189,6 +191,108 @@ PyObject *aligned_like(PyArrayObject *like, PyArray_Descr *descr, PyObject **buf
     }
     *buf_out = buf;
     return arr;
+}
+
+// ---- numpy allocations inside a plain call's CPU kernel ------------------------------------
+//
+// A kernel's result from numpy's default allocator is 16-byte aligned, so a plain call used
+// to copy every CPU result into aligned storage: a second pass over the output, as long as
+// the op itself for a pointwise op on large arrays. While a CPU kernel runs, numpy allocates
+// through this handler instead (numpy's PyDataMem_SetHandler, a context variable: other
+// threads and the code around the call keep their allocator), and a fresh result that the
+// kernel alone made is kept as the storage without a copy (adopt_cpu). Each block carries
+// its size in a 64-byte header: realloc must copy the old contents without being told their
+// length. Arrays remember the handler that allocated them, so they are freed here whenever
+// they die.
+
+constexpr size_t kHeader = 64;
+
+void *aligned_alloc_block(void *, size_t n) {
+    void *p = nullptr;
+    if (n > SIZE_MAX - kHeader || posix_memalign(&p, kAlign, n + kHeader) != 0) return nullptr;
+    *static_cast<size_t *>(p) = n;
+    return static_cast<char *>(p) + kHeader;
+}
+
+void *aligned_calloc_block(void *ctx, size_t nelem, size_t elsize) {
+    if (elsize && nelem > SIZE_MAX / elsize) return nullptr;
+    void *p = aligned_alloc_block(ctx, nelem * elsize);
+    if (p) std::memset(p, 0, nelem * elsize);
+    return p;
+}
+
+void aligned_free_block(void *, void *p, size_t) {
+    if (p) std::free(static_cast<char *>(p) - kHeader);
+}
+
+void *aligned_realloc_block(void *ctx, void *p, size_t n) {
+    if (!p) return aligned_alloc_block(ctx, n);
+    void *q = aligned_alloc_block(ctx, n);
+    if (!q) return nullptr;  // (the old block stays valid, as realloc leaves it)
+    size_t old = *reinterpret_cast<size_t *>(static_cast<char *>(p) - kHeader);
+    std::memcpy(q, p, std::min(old, n));
+    aligned_free_block(ctx, p, old);
+    return q;
+}
+
+PyDataMem_Handler g_aligned_handler = {
+    "tensorplay_aligned64",
+    1,
+    {nullptr, aligned_alloc_block, aligned_calloc_block, aligned_realloc_block,
+     aligned_free_block},
+};
+PyObject *g_aligned_capsule = nullptr;  // made once; every array it allocated references it
+
+// Make numpy allocate through the aligned handler; returns the previous handler (a new
+// reference, for restore_allocator) or NULL with an exception set.
+PyObject *use_aligned_allocator() {
+    if (!g_aligned_capsule) {
+        g_aligned_capsule = PyCapsule_New(&g_aligned_handler, "mem_handler", nullptr);
+        if (!g_aligned_capsule) return nullptr;
+    }
+    return PyDataMem_SetHandler(g_aligned_capsule);
+}
+
+// Put back the handler use_aligned_allocator returned (and release it), keeping any
+// exception that is set.
+int restore_allocator(PyObject *prev) {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *ours = PyDataMem_SetHandler(prev);
+    Py_DECREF(prev);
+    int rc = ours ? 0 : -1;
+    Py_XDECREF(ours);
+    if (rc == 0) PyErr_Restore(et, ev, tb);
+    else {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(tb);
+    }
+    return rc;
+}
+
+// ``r`` as the buffer of a new storage, without a copy, when nothing else can see it: an
+// exact, C-contiguous, writable numpy array that owns its 64-byte aligned memory, of more
+// than kSmall bytes (smaller results share a slab), referenced only by the caller. Returns
+// the flat uint8 buffer over r's memory (a new reference whose base is r), nullptr when r
+// does not qualify (no exception), or nullptr with an exception set.
+PyObject *own_buffer(PyObject *r) {
+    auto *arr = reinterpret_cast<PyArrayObject *>(r);
+    Py_ssize_t nbytes = PyArray_NBYTES(arr);
+    if (Py_REFCNT(r) != 1 || !PyArray_CheckExact(r) || nbytes <= kSmall ||
+        !PyArray_CHKFLAGS(arr, NPY_ARRAY_OWNDATA | NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE) ||
+        reinterpret_cast<uintptr_t>(PyArray_DATA(arr)) % kAlign != 0)
+        return nullptr;
+    npy_intp dims[1] = {nbytes};
+    PyObject *buf = PyArray_New(&PyArray_Type, 1, dims, NPY_UINT8, nullptr, PyArray_DATA(arr),
+                                0, NPY_ARRAY_CARRAY, nullptr);
+    if (!buf) return nullptr;
+    Py_INCREF(r);
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject *>(buf), r) < 0) {  // steals r
+        Py_DECREF(buf);
+        return nullptr;
+    }
+    return buf;
 }
 
 // twin: tensorplay._tensor.wrap_array. Steals ``arr`` and ``buf``.
@@ -1190,6 +1294,91 @@ void scatter_add(py::object oo, py::object io, py::object so, npy_intp outer, np
     if (!done) throw py::type_error("scatter_add(): float32/float64/int32/int64 only");
 }
 
+// ---- relu and its backward --------------------------------------------------------------
+// numpy's maximum(x, 0) and where(x <= t, 0, g) take several passes (a NaN check, a
+// comparison array) where torch makes one; these loops make one, with the same results:
+// relu keeps NaN (as numpy's maximum and torch do) and maps -0.0 to +0.0 as numpy's
+// maximum does (torch keeps the sign: the values compare equal); the backward passes g on where x is NaN (NaN <= t is false).
+// Twins: the numpy expressions of the rows in _rows/pointwise.py (relu, _threshold_backward).
+
+template <typename T>
+void relu_loop(const T *x, T *o, npy_intp n) {
+    for (npy_intp i = 0; i < n; ++i) {
+        T v = x[i];
+        // (bitwise |: no branch between the two tests, so the loop vectorizes)
+        o[i] = ((v > T(0)) | (v != v)) ? v : T(0);
+    }
+}
+
+template <typename T>
+void threshold_backward_loop(const T *g, const T *x, T *o, npy_intp n, T t) {
+    for (npy_intp i = 0; i < n; ++i) o[i] = x[i] <= t ? T(0) : g[i];
+}
+
+// A float32/float64 C-contiguous numpy array, or NULL (borrowed).
+PyArrayObject *float_array(PyObject *a) {
+    if (!PyArray_Check(a)) return nullptr;
+    auto *arr = reinterpret_cast<PyArrayObject *>(a);
+    int type = PyArray_TYPE(arr);
+    if ((type != NPY_FLOAT32 && type != NPY_FLOAT64) || !PyArray_IS_C_CONTIGUOUS(arr) ||
+        !PyArray_ISNOTSWAPPED(arr))
+        return nullptr;
+    return arr;
+}
+
+// A new C-contiguous array shaped and typed like ``like`` (numpy's current allocator: the
+// aligned one inside a plain call).
+PyObject *new_like(PyArrayObject *like) {
+    PyArray_Descr *descr = PyArray_DESCR(like);
+    Py_INCREF(descr);
+    return PyArray_NewFromDescr(&PyArray_Type, descr, PyArray_NDIM(like), PyArray_DIMS(like),
+                                nullptr, nullptr, 0, nullptr);
+}
+
+// relu of a float32/float64 C-contiguous array as a new array; None for any other array
+// (the caller's numpy expression takes it).
+py::object relu(py::object xo) {
+    PyArrayObject *x = float_array(xo.ptr());
+    if (!x) return py::none();
+    PyObject *out = new_like(x);
+    if (!out) throw py::error_already_set();
+    auto *o = reinterpret_cast<PyArrayObject *>(out);
+    npy_intp n = PyArray_SIZE(x);
+    const void *src = PyArray_DATA(x);
+    void *dst = PyArray_DATA(o);
+    Py_BEGIN_ALLOW_THREADS
+    if (PyArray_TYPE(x) == NPY_FLOAT32)
+        relu_loop(static_cast<const float *>(src), static_cast<float *>(dst), n);
+    else
+        relu_loop(static_cast<const double *>(src), static_cast<double *>(dst), n);
+    Py_END_ALLOW_THREADS
+    return py::reinterpret_steal<py::object>(out);
+}
+
+// where(x <= threshold, 0, g) as a new array for g and x of one float dtype and shape, both
+// C-contiguous; None otherwise.
+py::object threshold_backward(py::object go, py::object xo, double threshold) {
+    PyArrayObject *g = float_array(go.ptr()), *x = float_array(xo.ptr());
+    if (!g || !x || PyArray_TYPE(g) != PyArray_TYPE(x) ||
+        !PyArray_SAMESHAPE(g, x))
+        return py::none();
+    PyObject *out = new_like(g);
+    if (!out) throw py::error_already_set();
+    auto *o = reinterpret_cast<PyArrayObject *>(out);
+    npy_intp n = PyArray_SIZE(g);
+    const void *gv = PyArray_DATA(g), *xv = PyArray_DATA(x);
+    void *dst = PyArray_DATA(o);
+    Py_BEGIN_ALLOW_THREADS
+    if (PyArray_TYPE(g) == NPY_FLOAT32)
+        threshold_backward_loop(static_cast<const float *>(gv), static_cast<const float *>(xv),
+                                static_cast<float *>(dst), n, static_cast<float>(threshold));
+    else
+        threshold_backward_loop(static_cast<const double *>(gv), static_cast<const double *>(xv),
+                                static_cast<double *>(dst), n, threshold);
+    Py_END_ALLOW_THREADS
+    return py::reinterpret_steal<py::object>(out);
+}
+
 // ---- cuda_launch ------------------------------------------------------------------------
 // The driver is found at run time (CuPy has loaded it by then): the module builds and imports
 // where no CUDA toolkit or driver exists, and only a launch there raises.
@@ -1341,6 +1530,13 @@ PYBIND11_MODULE(_C, m) {
           py::arg("outer"), py::arg("k"), py::arg("inner"),
           "out[o, index[o, j, i], i] += src[o, j, i] in place (twin: numpy's add.at in "
           "tensorplay._rows.indexing.add_at)");
+    m.def("relu", &relu, py::arg("x"),
+          "relu of a float32/float64 C-contiguous array in one pass; None for other arrays "
+          "(twin: the relu row's numpy kernel)");
+    m.def("threshold_backward", &threshold_backward, py::arg("grad"), py::arg("x"),
+          py::arg("threshold"),
+          "where(x <= threshold, 0, grad) in one pass for float32/float64 C-contiguous arrays "
+          "of one shape; None otherwise (twin: the _threshold_backward row's numpy kernel)");
     m.def("cuda_launch", &cuda_launch, py::arg("function"), py::arg("grid"), py::arg("block"),
           py::arg("stream"), py::arg("signature"), py::arg("args"),
           "Launch a CUfunction on a 1-D grid, its arguments converted by the signature codes "

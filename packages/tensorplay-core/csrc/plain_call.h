@@ -9,7 +9,8 @@
 // the row, each input's type, dtype, device and shape, and the parameters' values and
 // types. The first call with a key asks _dispatch._plan; the answer (a plan, or None for
 // "take the general path") is kept. A plan is replayed here: the kernel runs on the
-// inputs' arrays, a CPU result is copied into aligned storage and wrapped, other results
+// inputs' arrays (numpy allocating 64-byte aligned memory), a CPU result is kept as its
+// storage when the kernel alone holds it (else copied into aligned storage) and wrapped, other results
 // are wrapped by _dispatch._wrap_result, and autograd records the call when an input
 // requires grad. Anything else, and a kernel that raises, goes to the Python call (which
 // decides anew and raises with its own message).
@@ -183,17 +184,24 @@ PyObject *plan_for(PyObject *key, PyObject *row, PyObject *targs, PyObject *para
     return rc < 0 ? nullptr : made;
 }
 
-// A CPU result in aligned storage, as a Tensor (twin: _tensor.adopt_array's CPU branch).
+// A CPU result in aligned storage, as a Tensor (twin: _tensor.adopt_array's CPU branch):
+// the result itself when only the kernel made and holds it (own_buffer), else a copy.
 PyObject *adopt_cpu(PyObject *r, PyArray_Descr *descr, PyObject *odt) {
     auto *arr = reinterpret_cast<PyArrayObject *>(r);
-    PyObject *buf;
-    Py_ssize_t start;
-    PyObject *out = aligned_like(arr, descr, &buf, &start);
-    if (!out) return nullptr;
-    if (PyArray_SIZE(arr) && PyArray_CopyInto(reinterpret_cast<PyArrayObject *>(out), arr) < 0) {
-        Py_DECREF(out);
-        Py_DECREF(buf);
-        return nullptr;
+    PyObject *buf = own_buffer(r), *out;
+    Py_ssize_t start = 0;
+    if (buf) {
+        out = Py_NewRef(r);
+    } else {
+        if (PyErr_Occurred()) return nullptr;
+        out = aligned_like(arr, descr, &buf, &start);
+        if (!out) return nullptr;
+        if (PyArray_SIZE(arr) &&
+            PyArray_CopyInto(reinterpret_cast<PyArrayObject *>(out), arr) < 0) {
+            Py_DECREF(out);
+            Py_DECREF(buf);
+            return nullptr;
+        }
     }
     const int nd = PyArray_NDIM(arr);
     PyObject *shape = PyTuple_New(nd);
@@ -247,9 +255,16 @@ PyObject *replay(PyObject *plan, PyObject *row, PyObject *targs, PyObject *param
         }
     }
     {
+        // a CPU result: numpy allocates 64-byte aligned memory, which adopt_cpu can keep
+        PyObject *prev = descr != Py_None ? use_aligned_allocator() : nullptr;
+        if (descr != Py_None && !prev) goto done;
         PyObject *token = quiet ? PyContextVar_Set(P.quiet_var, P.quiet_state) : nullptr;
-        if (quiet && !token) goto done;
+        if (quiet && !token) {
+            if (prev) restore_allocator(prev);
+            goto done;
+        }
         r = PyObject_VectorcallDict(kernel, stack, 1 + n, PyDict_GET_SIZE(params) ? params : nullptr);
+        if (prev && restore_allocator(prev) < 0) Py_CLEAR(r);
         if (token) {
             PyObject *et, *ev, *tb;
             PyErr_Fetch(&et, &ev, &tb);

@@ -12,7 +12,10 @@ native                        Python twin
                               (``_dispatch._BINARY_FAST`` / ``_UNARY_FAST``)
 ``plain_call``                ``_dispatch.call`` (the general path of a call with plain
                               arguments: ``execute``'s decisions kept per key by
-                              ``_dispatch._plan``, then the kernel run and wrapped in C)
+                              ``_dispatch._plan``, then the kernel run and wrapped in C;
+                              numpy allocates 64-byte aligned memory inside a CPU kernel,
+                              so a result only the kernel holds becomes the storage where
+                              the twin copies it)
 ``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
@@ -23,6 +26,9 @@ native                        Python twin
                               argmax indices of 2-D max pooling, float32/float64)
 ``scatter_add``               numpy's ``add.at`` in ``_rows.indexing`` (scatter with
                               ``reduce="add"`` along one dim of contiguous arrays)
+``relu``,                     the numpy kernels of rows ``relu`` and
+``threshold_backward``        ``_threshold_backward`` (one pass over float32/float64
+                              arrays where numpy's maximum and where take several)
 ``cuda_launch``               the CuPy ``Function``'s call in ``_cuda_launch.launch`` (a
                               launch of our own CUDA kernels through ``cuLaunchKernel``)
 ``cublas_gemm``               the ctypes calls of ``_cublas._gemm_ctypes`` (cuBLAS's GEMM

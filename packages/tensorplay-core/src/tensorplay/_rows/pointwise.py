@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorplay import _dtype as D, _meta as M
 from tensorplay._dispatch import OpDef, call, state
+from tensorplay._native import NATIVE
 from tensorplay._rows import row_maker
 from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import (
@@ -526,9 +527,25 @@ def _threshold_backward(grad, x, threshold=0):
     return _THRESHOLD_BACKWARD.fn(grad, x, threshold)
 
 
+def _relu_kernel(xp, a):
+    if xp is np and NATIVE is not None:
+        r = NATIVE.relu(a)  # one pass over float32/float64 (numpy's maximum takes several)
+        if r is not None:
+            return r
+    return xp.maximum(a, 0).astype(a.dtype, copy=False)
+
+
+def _threshold_backward_kernel(xp, g, x, threshold=0):
+    if xp is np and NATIVE is not None and type(threshold) in (int, float):
+        r = NATIVE.threshold_backward(g, x, threshold)  # one pass (numpy: a mask and a where)
+        if r is not None:
+            return r
+    return xp.where(x <= threshold, g.dtype.type(0), g)
+
+
 unary(
     "relu",
-    lambda xp, a: xp.maximum(a, 0).astype(a.dtype, copy=False),
+    _relu_kernel,
     cuda="(a > (T)0 || a != a) ? a : (T)0",  # NaN stays NaN, as numpy's maximum keeps it
     allow="if",
     # NOTE: from the result, not x: the gradient at 0 is 0, as in torch
@@ -541,7 +558,7 @@ unary(
 # threshold is one kernel (``cuda``: a is grad_output, b is input) where CuPy's where takes two.
 _THRESHOLD_BACKWARD = binary(
     "_threshold_backward",
-    lambda xp, g, x, threshold=0: xp.where(x <= threshold, g.dtype.type(0), g),
+    _threshold_backward_kernel,
     params="grad_output, input, threshold=0",
     cuda="(b <= (T)0) ? (T)0 : a",
     cuda_fused=True,  # CuPy: a comparison and a where
