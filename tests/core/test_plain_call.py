@@ -265,7 +265,10 @@ def test_native_relu_and_its_backward_match_numpy(dtype):
     # other dtypes and layouts: None, the numpy kernel answers
     assert C.relu(x.astype(np.float16)) is None and C.relu(x.T) is None
     assert C.relu([1.0]) is None
-    assert C.threshold_backward(grad, x.astype(np.float32 if dtype is np.float64 else np.float64), 0) is None
+    assert (
+        C.threshold_backward(grad, x.astype(np.float32 if dtype is np.float64 else np.float64), 0)
+        is None
+    )
     assert C.threshold_backward(grad[:, :3], x[:, :3], 0) is None  # not contiguous
     assert C.threshold_backward(grad[:2], x[:3], 0) is None  # shapes differ
     # through the op: relu's gradient where the input is NaN passes the gradient on

@@ -17,6 +17,8 @@
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
+//   record_node     an op-table row's OpNode and its SavedTensors in the common case
+//                   (csrc/record.h; twin: autograd._record.record).
 //   topological_order, backward_loop  the backward pass's bookkeeping (engine.py).
 //   im2col          a convolution's column matrix (C*KH*KW, N*OH*OW) from a contiguous
 //                   (N, C, H, W) array, zero padding included (twin: _rows/convolution.py's
@@ -692,31 +694,49 @@ PyObject *edge_of(PyObject *x) {
     return edge;
 }
 
+// (edges, meta) of the tensors in list or tuple ``seq``: a new reference, or NULL with an
+// exception set.
+PyObject *input_edges_raw(PyObject *seq) {
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject *edges = PyTuple_New(n), *meta = PyList_New(n);
+    if (!edges || !meta) goto fail;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyObject_TypeCheck(x, L.tensor)) {
+            PyTuple_SET_ITEM(edges, i, Py_NewRef(E.no_edge));
+            PyList_SET_ITEM(meta, i, Py_NewRef(Py_None));
+            continue;
+        }
+        PyObject *edge = edge_of(x);
+        if (!edge) goto fail;
+        PyTuple_SET_ITEM(edges, i, edge);
+        PyObject *m = PyTuple_Pack(2, slot(x, L.t_shape), slot(x, L.t_dtype));
+        if (!m) goto fail;
+        PyList_SET_ITEM(meta, i, m);
+    }
+    {
+        PyObject *pair = PyTuple_Pack(2, edges, meta);
+        Py_DECREF(edges);
+        Py_DECREF(meta);
+        return pair;
+    }
+fail:
+    Py_XDECREF(edges);
+    Py_XDECREF(meta);
+    return nullptr;
+}
+
 py::tuple input_edges(py::handle items) {
     if (!E.grad_fn_of || !L.ready)
         throw py::value_error("tensorplay._C.input_edges: init() and init_edges() come first");
     if (!PyList_Check(items.ptr()) && !PyTuple_Check(items.ptr()))
         throw py::type_error("input_edges(items): items must be a list or tuple");
-    PyObject *seq = items.ptr();
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-    py::tuple edges(n);
-    py::list meta(n);
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject *x = PySequence_Fast_GET_ITEM(seq, i);
-        if (!PyObject_TypeCheck(x, L.tensor)) {
-            PyTuple_SET_ITEM(edges.ptr(), i, Py_NewRef(E.no_edge));
-            PyList_SET_ITEM(meta.ptr(), i, Py_NewRef(Py_None));
-            continue;
-        }
-        PyObject *edge = edge_of(x);
-        if (!edge) throw py::error_already_set();
-        PyTuple_SET_ITEM(edges.ptr(), i, edge);
-        PyObject *m = PyTuple_Pack(2, slot(x, L.t_shape), slot(x, L.t_dtype));
-        if (!m) throw py::error_already_set();
-        PyList_SET_ITEM(meta.ptr(), i, m);
-    }
-    return py::make_tuple(edges, meta);
+    PyObject *pair = input_edges_raw(items.ptr());
+    if (!pair) throw py::error_already_set();
+    return py::reinterpret_steal<py::tuple>(pair);
 }
+
+#include "record.h"
 
 // ---- the backward pass (twins: tensorplay.autograd.engine) ------------------------------
 //
@@ -1541,6 +1561,15 @@ PYBIND11_MODULE(_C, m) {
           py::arg("stream"), py::arg("signature"), py::arg("args"),
           "Launch a CUfunction on a 1-D grid, its arguments converted by the signature codes "
           "(twin: the CuPy Function's call, tensorplay._cuda_launch)");
+    m.def("init_record", &init_record, py::arg("node_type"), py::arg("saved_type"),
+          py::arg("diff_dtypes"), py::arg("anomaly"), py::arg("forward"),
+          py::arg("saved_hooks"), py::arg("grad"),
+          "Learn autograd's OpNode, SavedTensor and mode states (called once by "
+          "autograd._record)");
+    m.def("record_node", &record_node, py::arg("row"), py::arg("targs"), py::arg("params"),
+          py::arg("result"),
+          "Attach row's OpNode to result in the common case and return result; None where "
+          "Python must record (twin: autograd._record.record)");
     m.def("input_edges", &input_edges, py::arg("items"),
           "(edges, meta) of a new backward node's inputs (twin: autograd.graph.input_edges)");
     m.def("cublas_bind", &cublas_bind, py::arg("path"),

@@ -184,6 +184,8 @@ PyObject *plan_for(PyObject *key, PyObject *row, PyObject *targs, PyObject *para
     return rc < 0 ? nullptr : made;
 }
 
+PyObject *record_plain(PyObject *row, PyObject *targs, PyObject *params, PyObject *t);  // record.h
+
 // A CPU result in aligned storage, as a Tensor (twin: _tensor.adopt_array's CPU branch):
 // the result itself when only the kernel made and holds it (own_buffer), else a copy.
 PyObject *adopt_cpu(PyObject *r, PyArray_Descr *descr, PyObject *odt) {
@@ -303,8 +305,7 @@ done:
             return nullptr;
         }
         if (rg) {
-            PyObject *rec =
-                PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
+            PyObject *rec = record_plain(row, targs, params, t);
             Py_DECREF(t);
             return rec;
         }

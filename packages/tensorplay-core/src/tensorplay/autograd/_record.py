@@ -14,11 +14,12 @@ import functools
 import math
 
 from tensorplay._dispatch import OPS
+from tensorplay._dtype import ALL as ALL_DTYPES
 from tensorplay._factories import zeros
-from tensorplay._native import any_requires_grad
+from tensorplay._native import NATIVE, any_requires_grad
 from tensorplay._tensor import Tensor
 from tensorplay._views import as_strided_params
-from tensorplay.autograd import anomaly_mode, grad_mode
+from tensorplay.autograd import anomaly_mode, forward_ad, grad_mode
 from tensorplay.autograd._derivatives import storage_cells as _cells
 from tensorplay.autograd._formula_reads import local_names
 from tensorplay.autograd.forward_ad import (  # noqa: F401 - the dispatcher calls them here
@@ -30,6 +31,7 @@ from tensorplay.autograd.graph import (
     _NO_EDGE,
     Node,
     SavedTensor,
+    _saved_hooks,
     edge_of,
     grad_fn_of,
     input_edges,
@@ -175,6 +177,9 @@ class OpNode(Node):
         else:
             save = SavedTensor
         save_in, save_out = _saves(row)
+        if "_record_simple" not in row.__dict__:
+            # the rows whose nodes _C.record_node may make (with _saves, cached above)
+            row._record_simple = not (seq or row.multi or row.kind == "view")
         saved_in = None
         if save_in:
             saved_in = [save(x) if isinstance(x, Tensor) else x for x in targs]
@@ -310,6 +315,10 @@ def needs_grad(items) -> bool:
 
 def record(row, targs, params, result):
     """Attach the backward node of ``row`` to ``result`` (a tensor or tuple of tensors)."""
+    if _record_node is not None:  # the common case, built in C (csrc/record.h)
+        done = _record_node(row, targs, params, result)
+        if done is not None:
+            return done
     if type(result) is Tensor:  # the common case
         if differentiable_dtype(result.dtype):
             OpNode(row, targs, params, (result,))
@@ -320,6 +329,20 @@ def record(row, targs, params, result):
         return result
     OpNode(row, targs, params, diff if len(diff) == len(outs) else diff)
     return result
+
+
+_record_node = None
+if NATIVE is not None:
+    NATIVE.init_record(
+        OpNode,
+        SavedTensor,
+        tuple(d for d in ALL_DTYPES if differentiable_dtype(d)),
+        _anomaly,
+        forward_ad.state,
+        _saved_hooks,
+        grad_mode.state,
+    )
+    _record_node = NATIVE.record_node
 
 
 def check_out_arg(row, out):
