@@ -14,7 +14,7 @@ from tensorplay._dispatch import OPS, OpDef
 from tensorplay._factories import zeros
 from tensorplay._rows import row_maker
 from tensorplay._rows.indexing import add_at, on_host
-from tensorplay.autograd._derivatives import needs, zeros_like
+from tensorplay.autograd._derivatives import zeros_like
 
 ROWS: list[OpDef] = []
 op = row_maker(ROWS)
@@ -60,7 +60,7 @@ def _index_vjp(ctx, grad):
 
 
 def _index_put_vjp(ctx, grad):
-    need_x, need_v = needs(ctx)
+    need_x, need_v = ctx.needs_input_grad
     idx, acc = ctx.params["indices"], ctx.params["accumulate"]
     gx = None
     if need_x:

@@ -20,7 +20,6 @@ from tensorplay._tensor import Tensor
 from tensorplay.autograd._derivatives import (
     cat,
     conj,
-    needs,
     ones_like,
     same_op_jvp,
     times,
@@ -277,7 +276,7 @@ def _scatter_vjp(ctx, grad):
     x, dim, index, src = ctx.inputs
     # plain scatter overwrites: the overwritten elements of x get no gradient
     gx = grad if ctx.params["reduce"] == "add" else grad.scatter(dim, index, value=0)
-    gsrc = _pad_to(grad.gather(dim, index), tuple(src.shape)) if needs(ctx)[3] else None
+    gsrc = _pad_to(grad.gather(dim, index), tuple(src.shape)) if ctx.needs_input_grad[3] else None
     return gx, None, None, gsrc
 
 
@@ -387,9 +386,9 @@ op(
     shape=_masked_fill_shape,
     inplace=True,
     vjp=lambda ctx, grad: (
-        grad.masked_fill(ctx.inputs[1], 0) if needs(ctx)[0] else None,
+        grad.masked_fill(ctx.inputs[1], 0) if ctx.needs_input_grad[0] else None,
         None,
-        where(ctx.inputs[1], grad, 0.0) if needs(ctx)[2] else None,
+        where(ctx.inputs[1], grad, 0.0) if ctx.needs_input_grad[2] else None,
     ),
     jvp=lambda ctx, tx, tmask, tv: (
         None
@@ -510,7 +509,7 @@ def _index_add_vjp(ctx, grad):
     _, dim, index, _ = ctx.inputs
     alpha = ctx.params["alpha"]
     gsrc = None
-    if needs(ctx)[3]:
+    if ctx.needs_input_grad[3]:
         gsrc = grad.index_select(dim, index)
         gsrc = gsrc if alpha == 1 else gsrc * conj(alpha)
     return grad, None, None, gsrc
@@ -520,9 +519,11 @@ def _index_copy_vjp(ctx, grad):
     _, dim, index, source = ctx.inputs
     # the copied-over slices of input got no gradient through it
     gx = (
-        grad.index_copy(dim, index, zeros_like(source, dtype=grad.dtype)) if needs(ctx)[0] else None
+        grad.index_copy(dim, index, zeros_like(source, dtype=grad.dtype))
+        if ctx.needs_input_grad[0]
+        else None
     )
-    gsrc = grad.index_select(dim, index) if needs(ctx)[3] else None
+    gsrc = grad.index_select(dim, index) if ctx.needs_input_grad[3] else None
     return gx, None, None, gsrc
 
 
@@ -674,7 +675,7 @@ def _scatter_reduce_partials(ctx):
 
 def _scatter_reduce_vjp(ctx, grad):
     x, dim, index, src = ctx.inputs
-    if ctx.params["reduce"] == "prod" and is_grad_enabled() and needs(ctx)[3]:
+    if ctx.params["reduce"] == "prod" and is_grad_enabled() and ctx.needs_input_grad[3]:
         zero = (_corner(src, index.shape) == 0).to(D.int64)
         in_slot = zeros_like(x, dtype=D.int64).scatter(dim, index, zero, reduce="add")
         if bool((in_slot > 1).any()):
@@ -684,9 +685,9 @@ def _scatter_reduce_vjp(ctx, grad):
                 "zero of src is reduced into the same position with reduce='prod' (as in torch)"
             )
     d_x, d_src = _scatter_reduce_partials(ctx)
-    gx = times(grad, conj(d_x)) if needs(ctx)[0] else None
+    gx = times(grad, conj(d_x)) if ctx.needs_input_grad[0] else None
     gsrc = None
-    if needs(ctx)[3]:
+    if ctx.needs_input_grad[3]:
         gsrc = _pad_to(times(grad.gather(dim, index), conj(d_src)), tuple(src.shape))
     return gx, None, None, gsrc
 

@@ -17,7 +17,6 @@ from tensorplay.autograd._derivatives import (
     bilinear_jvp,
     conj,
     einsum,
-    needs,
     pointwise_rule,
     total,
 )
@@ -90,8 +89,8 @@ def _matmul_vjp(ctx, grad):
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
     g = grad.unsqueeze(-1) if b.dim() == 1 else grad
     g = g.unsqueeze(-2) if a.dim() == 1 else g
-    ga = g @ conj(b2).mT if needs(ctx)[0] else None
-    gb = conj(a2).mT @ g if needs(ctx)[1] else None
+    ga = g @ conj(b2).mT if ctx.needs_input_grad[0] else None
+    gb = conj(a2).mT @ g if ctx.needs_input_grad[1] else None
     if ga is not None and a.dim() == 1:
         ga = ga.squeeze(-2)
     if gb is not None and b.dim() == 1:
@@ -171,8 +170,8 @@ _OUTER = op(
     shape=_outer_shape,
     out=True,
     vjp=lambda ctx, grad: (
-        grad @ conj(ctx.inputs[1]) if needs(ctx)[0] else None,
-        conj(ctx.inputs[0]) @ grad if needs(ctx)[1] else None,
+        grad @ conj(ctx.inputs[1]) if ctx.needs_input_grad[0] else None,
+        conj(ctx.inputs[0]) @ grad if ctx.needs_input_grad[1] else None,
     ),
     jvp=bilinear_jvp("outer"),
 )
@@ -285,7 +284,7 @@ def _einsum_vjp(ctx, grad):
     terms, out, free = _einsum_explicit(ctx.params["equation"], ops)
     grads = []
     for i, x in enumerate(ops):
-        if not needs(ctx)[i]:
+        if not ctx.needs_input_grad[i]:
             grads.append(None)
             continue
         parts = [(s, conj(t)) for j, (s, t) in enumerate(zip(terms, ops)) if j != i]
@@ -386,7 +385,7 @@ def _linear_vjp(ctx, grad):
     grad_bias = grad summed over the leading dims (autograd sums what is left over, for a
     bias broadcast along more dims)."""
     # saved inputs are read (and version-checked) only where a gradient needs them
-    need, w = needs(ctx), ctx.inputs[1]
+    need, w = ctx.needs_input_grad, ctx.inputs[1]
     matrix = len(w._shape) == 2
     w2 = w if matrix else w.unsqueeze(0)
     g = grad if matrix else grad.unsqueeze(-1)

@@ -25,7 +25,6 @@ from tensorplay.autograd._derivatives import (
     conj,
     full_like,
     linear_pair_rule,
-    needs,
     pointwise_rule,
     real_jvp,
     same_op_jvp,
@@ -338,7 +337,7 @@ def _extreme_vjp(loses):
 
     def vjp(ctx, grad):
         a, b = ctx.inputs
-        need_a, need_b = needs(ctx)
+        need_a, need_b = ctx.needs_input_grad
         split = where(a == b, grad / 2, grad)
         return (
             split.masked_fill(loses(a, b), 0) if need_a else None,
@@ -708,8 +707,8 @@ def _where_vjp(ctx, grad):
     c, a, b = ctx.inputs
     return (
         None,
-        where(c, grad, 0.0) if needs(ctx)[1] else None,
-        where(c, 0.0, grad) if needs(ctx)[2] else None,
+        where(c, grad, 0.0) if ctx.needs_input_grad[1] else None,
+        where(c, 0.0, grad) if ctx.needs_input_grad[2] else None,
     )
 
 

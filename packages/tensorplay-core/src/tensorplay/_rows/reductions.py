@@ -22,7 +22,6 @@ from tensorplay.autograd._derivatives import (
     axes_of,
     cat,
     conj,
-    needs,
     ones_like,
     real_jvp,
     reduction_rule,
@@ -769,7 +768,7 @@ def _log_softmax_backward_vjp(ctx, h):
     # dy/dout = -e * sum(g) elementwise
     g, out = ctx.inputs
     dim = ctx.params["dim"]
-    want = needs(ctx)
+    want = ctx.needs_input_grad
     return (
         _log_softmax_adjoint(h, out, dim) if want[0] else None,
         -(h * out.exp() * g.sum(dim, keepdim=True)) if want[1] else None,
@@ -792,7 +791,7 @@ def _softmax_backward_vjp(ctx, h):
     # dy_j/dout_k = [j == k] (g_j - s) - out_j g_k
     g, out = ctx.inputs
     dim = ctx.params["dim"]
-    want = needs(ctx)
+    want = ctx.needs_input_grad
     s = (g * out).sum(dim, keepdim=True)
     return (
         _SOFTMAX_BACKWARD.fn(h, out, dim) if want[0] else None,

@@ -53,12 +53,6 @@ def conj(x):
     return x.conjugate() if isinstance(x, complex) else x
 
 
-def needs(ctx) -> tuple:
-    """Which inputs want a gradient (autograd knows: the saved tensors a hook unpacks need
-    not say so themselves)."""
-    return ctx.needs_input_grad
-
-
 def times(g, d):
     if isinstance(d, Tensor) and d.dtype is D.bool:
         # a 0/1 partial selects: an inf gradient where it is 0 gives 0, not inf * 0 = nan
@@ -111,7 +105,7 @@ def pointwise_rule(*partials):
     def vjp(ctx, grad):
         return tuple(
             times(grad, conj(partial(d, ctx))) if needed else None
-            for d, needed in zip(partials, needs(ctx))
+            for d, needed in zip(partials, ctx.needs_input_grad)
         )
 
     def jvp(ctx, *tangents):
@@ -127,7 +121,7 @@ def linear_pair_rule(sign):
     read (and an in-place change of an input after the op does not invalidate backward)."""
 
     def vjp(ctx, grad):
-        need_a, need_b = needs(ctx)
+        need_a, need_b = ctx.needs_input_grad
         k = sign * ctx.params["alpha"]
         return (grad if need_a else None, times(grad, conj(k)) if need_b else None)
 
@@ -141,7 +135,7 @@ def linear_pair_rule(sign):
 
 # piecewise constant (floor, sign, rounded division): zero almost everywhere, as in torch
 ZERO_RULE = {
-    "vjp": lambda ctx, grad: tuple(zeros_like(grad) if n else None for n in needs(ctx)),
+    "vjp": lambda ctx, grad: tuple(zeros_like(grad) if n else None for n in ctx.needs_input_grad),
     "jvp": lambda ctx, *tangents: zeros_like(ctx.out),
 }
 
