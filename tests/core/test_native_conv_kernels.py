@@ -19,6 +19,10 @@ GEOMETRIES = [
     ((3, 1, 4, 4), (1, 1), (3, 2), (1, 1), (0, 0)),
     ((1, 2, 1, 9), (1, 4), (1, 3), (1, 2), (0, 3)),
     ((0, 2, 3, 3), (2, 2), (1, 1), (1, 1), (1, 1)),
+    # padding wider than the kernel's reach: whole output columns of zeros on both sides
+    ((2, 2, 3, 2), (2, 3), (1, 2), (1, 1), (3, 4)),
+    # stride and dilation with padding: the first and last valid columns are uneven
+    ((1, 3, 6, 7), (3, 3), (2, 3), (2, 2), (2, 3)),
 ]
 
 

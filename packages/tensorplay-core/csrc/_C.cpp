@@ -1119,29 +1119,44 @@ void watch_gate(py::object state) {
 
 // ---- im2col ----------------------------------------------------------------------------------
 
+// (Plain loops, not std::fill/std::copy, and GCC told not to turn them back into memset
+// and memcpy calls: the rows of small images are a few elements long, where a library
+// call per row costs more than the copy.)
 template <typename T>
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
 void im2col_loop(const T *x, T *col, npy_intp n, npy_intp c, npy_intp h, npy_intp w,
                  npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw,
                  npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
     // row (ci, ki, kj), column (b, oy, ox) = x[b, ci, oy * sh - ph + ki * dh, ox * sw - pw + kj * dw]
     for (npy_intp ci = 0; ci < c; ++ci)
         for (npy_intp ki = 0; ki < kh; ++ki)
-            for (npy_intp kj = 0; kj < kw; ++kj)
+            for (npy_intp kj = 0; kj < kw; ++kj) {
+                // the output columns [lo, hi) whose ix = ox * sw + x0 falls inside the row:
+                // zeros before and after, a branch-free copy between (per kernel offset, so
+                // small images do not pay a bounds test per element)
+                const npy_intp x0 = kj * dw - pw;
+                npy_intp lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+                npy_intp hi = x0 >= w ? 0 : (w - 1 - x0) / sw + 1;
+                lo = std::min(lo, ow);
+                hi = std::max(lo, std::min(hi, ow));
                 for (npy_intp b = 0; b < n; ++b) {
                     const T *plane = x + (b * c + ci) * h * w;
-                    for (npy_intp oy = 0; oy < oh; ++oy) {
+                    for (npy_intp oy = 0; oy < oh; ++oy, col += ow) {
                         npy_intp iy = oy * sh - ph + ki * dh;
                         if (iy < 0 || iy >= h) {
                             std::fill(col, col + ow, T(0));
-                            col += ow;
                             continue;
                         }
-                        const T *row = plane + iy * w;
-                        npy_intp ix = kj * dw - pw;
-                        for (npy_intp ox = 0; ox < ow; ++ox, ix += sw)
-                            *col++ = (ix >= 0 && ix < w) ? row[ix] : T(0);
+                        const T *row = plane + iy * w + (lo < hi ? x0 + lo * sw : 0);
+                        npy_intp ox = 0;
+                        for (; ox < lo; ++ox) col[ox] = T(0);
+                        for (; ox < hi; ++ox, row += sw) col[ox] = *row;
+                        for (; ox < ow; ++ox) col[ox] = T(0);
                     }
                 }
+            }
 }
 
 struct Bytes16 {
