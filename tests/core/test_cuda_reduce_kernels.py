@@ -1,4 +1,4 @@
-"""The CUDA reductions of ``_cuda_reduce``: ``sum``/``mean`` over trailing axes (rows),
+"""The CUDA reductions of ``_cuda_reduce``: ``sum``/``mean``/``var`` over trailing axes (rows),
 leading axes (columns: wide, tall and skinny, in one launch or as partial sums over runs of
 rows and a second launch) and whole arrays up to 4M elements, and ``softmax``/``log_softmax``
 over the last axis, against numpy in float64 (to rounding: the summation order is the
@@ -46,7 +46,16 @@ def launched(monkeypatch):
             seen.append("log_softmax_backward" if log else "softmax_backward")
         return r
 
+    real_var = _cuda_reduce.var
+
+    def variance(a, axes, keepdims, correction):
+        r = real_var(a, axes, keepdims, correction)
+        if r is not None:
+            seen.append("var")
+        return r
+
     monkeypatch.setattr(_cuda_reduce, "sum", summed)
+    monkeypatch.setattr(_cuda_reduce, "var", variance)
     monkeypatch.setattr(_cuda_reduce, "softmax", soft)
     monkeypatch.setattr(_cuda_reduce, "softmax_backward", backward)
     return seen
@@ -217,3 +226,51 @@ def test_tall_column_sums_keep_nan_and_inf(launched, dtype):
     np.testing.assert_array_equal(x.sum(0).cpu().numpy(), [np.nan, np.inf, np.nan, -np.inf, 4e4])
     np.testing.assert_array_equal(x.mean(0).cpu().numpy(), [np.nan, np.inf, np.nan, -np.inf, 1])
     assert launched == ["sum", "mean"]
+
+
+@pytest.mark.parametrize("shape,dim", [((8, 128, 256), -1), ((5, 3, 7), (1, 2)), ((3000,), 0)])
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64])
+@pytest.mark.parametrize("correction", [0, 1, 2.5])
+def test_var_rows_match_numpy(launched, shape, dim, dtype, correction):
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(shape) * 3 + 100).astype(dtype.np)  # an offset: double matters
+    x = tp.tensor(a, device="cuda")
+    for keepdim in (False, True):
+        got = x.var(dim=dim, correction=correction, keepdim=keepdim)
+        want = np.var(a.astype(np.float64), axis=dim, ddof=correction, keepdims=keepdim)
+        assert got.dtype is dtype and got.shape == want.shape
+        np.testing.assert_allclose(
+            got.cpu().numpy(), want, rtol=1e-5 if dtype is tp.float32 else 1e-12
+        )
+        np.testing.assert_allclose(
+            x.std(dim=dim, correction=correction, keepdim=keepdim).cpu().numpy(),
+            np.sqrt(want),
+            rtol=1e-5 if dtype is tp.float32 else 1e-12,
+        )
+    assert "var" in launched
+
+
+def test_var_rows_follow_torch_at_the_edges(launched):
+    const = tp.full((4, 6), 2.5, device="cuda")
+    assert const.var(dim=-1).cpu().tolist() == [0.0] * 4  # exactly 0, accumulated in double
+    # a correction of at least the row length: 0/0 is nan for constant rows, x/0 is inf
+    assert np.isnan(const.var(dim=-1, correction=6).cpu().numpy()).all()
+    x = tp.tensor([[1.0, 2.0, 4.0]], device="cuda")
+    assert np.isinf(x.var(dim=-1, correction=3).cpu().numpy()).all()
+    nan = tp.tensor([[1.0, float("nan"), 3.0], [1.0, 2.0, 3.0]], device="cuda")
+    got = nan.var(dim=-1).cpu().numpy()
+    assert np.isnan(got[0]) and got[1] == 1.0
+    # a middle axis or a strided view keeps CuPy's kernels, with the same values
+    launched.clear()
+    y = tp.randn(4, 5, 6, device="cuda")
+    np.testing.assert_allclose(
+        y.var(dim=1).cpu().numpy(),
+        np.var(y.cpu().numpy().astype(np.float64), axis=1, ddof=1),
+        rtol=1e-5,
+    )
+    np.testing.assert_allclose(
+        y.transpose(1, 2).var(dim=-1).cpu().numpy(),
+        np.var(y.cpu().numpy().astype(np.float64).transpose(0, 2, 1), axis=-1, ddof=1),
+        rtol=1e-5,
+    )
+    assert "var" not in launched

@@ -1,4 +1,5 @@
-"""Sums, means, (log-)softmax and their backward over contiguous CUDA arrays, one kernel each.
+"""Sums, means, variances, (log-)softmax and their backward over contiguous CUDA arrays, one
+kernel each.
 
 A training step reduces small tensors many times: the loss's ``mean``, the bias gradients
 (``sum`` over the batch dimension), ``log_softmax`` and its backward's ``sum`` over the
@@ -6,8 +7,9 @@ classes. CuPy's reduction machinery spends far more host time per call than the 
 takes on such sizes, and ``log_softmax`` written with CuPy is six of those calls. These
 kernels cover the layouts those calls have, for float32 and float64:
 
-    rows     the trailing axes reduced   (x.sum(-1), log_softmax(x, -1): a block per row;
-             (log_)softmax rows of up to 64 elements a warp each)
+    rows     the trailing axes reduced   (x.sum(-1), x.var(-1), log_softmax(x, -1): a block
+             per row; (log_)softmax rows of up to 64 elements a warp each; a variance
+             accumulates in double, as the CPU kernel does)
     columns  the leading axes reduced    (grad.sum(0): a block per group of up to 32
              columns and run of rows; when the rows are many, each block sums a run
              of them into a partial row, and a second launch sums those per column)
@@ -31,7 +33,7 @@ import math
 from tensorplay import _device
 from tensorplay._cuda_launch import launch
 
-__all__ = ["sum", "softmax", "softmax_backward"]
+__all__ = ["sum", "var", "softmax", "softmax_backward"]
 
 _C_TYPES = {"f": "float", "d": "double"}
 _WHOLE_MAX = 1 << 16  # one block reads this many elements in about a microsecond
@@ -87,6 +89,29 @@ __global__ void tp_rows_sum(const T *__restrict__ x, T *__restrict__ y, long lon
     for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += xr[c];
     s = tp_block<T, false>(s, sh);
     if (threadIdx.x == 0) y[r] = count ? s / (T)count : s;
+  }
+}
+
+// y[r] = the variance of row r of x: its mean, then the sum of squared deviations from it,
+// both accumulated in double (as _rows/reductions._var does everywhere), divided by `denom`
+// (max(cols - correction, 0) as a double: too large a correction gives inf, or nan for
+// constant rows, as in torch)
+template <typename T>
+__global__ void tp_rows_var(const T *__restrict__ x, T *__restrict__ y, long long rows,
+                            long long cols, double denom) {
+  __shared__ double sh[32];
+  for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * cols;
+    double s = 0;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += (double)xr[c];
+    const double mean = tp_block<double, false>(s, sh) / (double)cols;
+    double q = 0;
+    for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
+      const double d = (double)xr[c] - mean;
+      q += d * d;
+    }
+    q = tp_block<double, false>(q, sh);
+    if (threadIdx.x == 0) y[r] = (T)(q / denom);
   }
 }
 
@@ -246,6 +271,7 @@ def _functions(char: str, device: int) -> dict:
         t = _C_TYPES[char]
         names = {
             "rows": f"tp_rows_sum<{t}>",
+            "var": f"tp_rows_var<{t}>",
             "cols": f"tp_cols_sum<{t}>",
             "partial": f"tp_partial_sum<{t}>",
             "log_softmax": f"tp_softmax_rows<{t}, true>",
@@ -322,6 +348,39 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         return out
     grid, threads = min(rows, _MAX_GRID), _threads(cols)
     launch(fns[kind], grid, threads, "ppqqq", (a.data.ptr, out.data.ptr, rows, cols, count))
+    return out
+
+
+def var(a, axes, keepdims: bool, correction) -> object:
+    """The variance of ``a`` over its trailing ``axes`` (a tuple of distinct non-negative
+    axes, or None for all) with ``correction``, for a C-contiguous float32/float64 CUDA
+    array: one block per row, accumulating in double; None for other layouts."""
+    if not _covered(a) or a.ndim == 0:
+        return None
+    nd = a.ndim
+    axes = tuple(range(nd)) if axes is None else tuple(sorted(axes))
+    k = len(axes)
+    if not axes or axes != tuple(range(nd - k, nd)):
+        return None
+    rows = math.prod(a.shape[: nd - k])
+    cols = a.size // rows
+    if rows == 1 and cols > _WHOLE_MAX:
+        return None  # one block would read it all: CuPy's reduction spreads it
+    if keepdims:
+        shape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
+    else:
+        shape = a.shape[: nd - k]
+    cp = _device.cupy_or_raise()
+    out = cp.empty(shape, a.dtype)
+    fn = _functions(a.dtype.char, out.device.id)["var"]
+    denom = float(max(cols - correction, 0))
+    launch(
+        fn,
+        min(rows, _MAX_GRID),
+        _threads(cols),
+        "ppqqd",
+        (a.data.ptr, out.data.ptr, rows, cols, denom),
+    )
     return out
 
 

@@ -428,6 +428,8 @@ unary(
     "rsqrt",
     lambda xp, a: 1 / xp.sqrt(a),
     dtype=M.to_float,
+    cuda="(T)1 / sqrt(a)",
+    cuda_fused=True,  # CuPy: a square root and a division
     **pointwise_rule(lambda x, out: -0.5 * out * out * out),
 )
 unary("square", ufunc="square", dtype=_square_dtype, **pointwise_rule(lambda x: 2 * x))

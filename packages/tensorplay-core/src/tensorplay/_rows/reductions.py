@@ -202,6 +202,10 @@ def _var(xp, a, dim=None, unbiased=None, keepdim=False, *, correction=None):
     ddof = correction if correction is not None else (0 if unbiased is False else 1)
     axes = _axes(a, dim, "var")
     n = _count(a, axes)
+    if xp is not np and a.dtype.kind == "f":  # rows of a CUDA array: one kernel
+        r = _cuda_reduce.var(a, axes, keepdim, ddof)
+        if r is not None:
+            return r
     # accumulate in double precision (as torch's CPU kernels do): constant data then has
     # a variance of exactly 0 (0/0 = nan for a too large correction, not tiny/0 = inf)
     if a.dtype.kind in "fc" and a.dtype.itemsize < 8 + 8 * (a.dtype.kind == "c"):
