@@ -90,7 +90,15 @@ def _matmul_vjp(ctx, grad):
     g = grad.unsqueeze(-1) if b.dim() == 1 else grad
     g = g.unsqueeze(-2) if a.dim() == 1 else g
     ga = g @ conj(b2).mT if ctx.needs_input_grad[0] else None
-    gb = conj(a2).mT @ g if ctx.needs_input_grad[1] else None
+    gb = None
+    if ctx.needs_input_grad[1]:
+        if b.dim() == 2 and a2.dim() > 2:
+            # a weight shared by every batch: one product over the flattened batch (as
+            # torch's), not a batched product summed over the batch afterwards
+            k, n = a2._shape[-1], g._shape[-1]
+            gb = conj(a2).reshape(-1, k).mT @ g.reshape(-1, n)
+        else:
+            gb = conj(a2).mT @ g
     if ga is not None and a.dim() == 1:
         ga = ga.squeeze(-2)
     if gb is not None and b.dim() == 1:
