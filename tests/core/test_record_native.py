@@ -147,3 +147,22 @@ def test_misuse_is_an_error_not_a_crash():
         C.init_record(_record.OpNode, SavedTensor, (), _record._anomaly, None, None, None)
     with pytest.raises(TypeError, match="two classes"):
         C.init_record(1, 2, (), None, None, None, None)
+
+
+def test_a_subclass_result_gets_the_same_node():
+    class Sub(tp.Tensor):
+        pass
+
+    row = _dispatch.OPS["mul"]
+    x = tp.randn(3, requires_grad=True)
+    (x * 2.0).sum()  # python has seen mul
+    with tp.no_grad():
+        value = x * 2.0
+    py_result = value.detach().clone().as_subclass(Sub)
+    c_result = value.detach().clone().as_subclass(Sub)
+    py_node = _python_node(row, (x, 2.0), {}, py_result)
+    assert C.record_node(row, (x, 2.0), {}, c_result) is c_result
+    assert type(c_result) is Sub and c_result.grad_fn is not py_node
+    assert _fields(c_result.grad_fn)[:9] == _fields(py_node)[:9]
+    c_result.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0, 2.0]

@@ -2,9 +2,9 @@
 //
 // Included by _C.cpp inside its anonymous namespace, after input_edges_raw. Twin:
 // tensorplay.autograd._record.record -> OpNode.__init__ -> graph.SavedTensor, for the
-// common case: one differentiable Tensor result of a row that is neither a view, nor
-// multi-output, nor takes a sequence of tensors, with no anomaly detection, no dual level
-// of forward mode and no saved-tensor hooks active. The node is the same Python OpNode
+// common case: one differentiable Tensor result (a subclass too: vmap's BatchedTensor) of
+// a row that is neither a view, nor multi-output, nor takes a sequence of tensors, with no
+// anomaly detection, no dual level of forward mode and no saved-tensor hooks active. The node is the same Python OpNode
 // (its apply, hooks and release stay Python); only its construction and that of its
 // SavedTensors happen here. Anything else is declined (None) and Python records it.
 
@@ -83,7 +83,7 @@ int attr_true(PyObject *o, PyObject *name) {
 // May the node be made here? 1 yes, 0 decline, -1 error. ``*save_in``/``*save_out``: what
 // the row's formula reads (autograd._record._saves, cached on the row by Python).
 int record_allowed(PyObject *row, PyObject *result, bool *save_in, bool *save_out) {
-    if (!R.ready || Py_TYPE(result) != L.tensor) return 0;
+    if (!R.ready || !PyObject_TypeCheck(result, L.tensor)) return 0;
     PyObject *dt = slot(result, L.t_dtype);
     bool diff = false;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(R.diff_dtypes); ++i)
@@ -123,6 +123,11 @@ PyObject *saved_tensor(PyObject *t, PyObject *packed, PyObject *node_ref) {
         return nullptr;
     }
     PyObject *storage = slot(t, L.t_storage);
+    if (!storage || !PyObject_TypeCheck(storage, L.storage)) {
+        Py_DECREF(s);
+        PyErr_SetString(PyExc_AttributeError, "a saved tensor has no storage");
+        return nullptr;
+    }
     slot(s, R.version) = Py_NewRef(slot(storage, L.s_version));
     slot(s, R.storage) = Py_NewRef(storage);
     slot(s, R.requires) = Py_NewRef(rg ? Py_True : Py_False);
