@@ -85,6 +85,14 @@ def _matmul_vjp(ctx, grad):
     # 1-D operands act as a row (left) / column (right) matrix; batch dimensions that were
     # broadcast are summed by autograd (fit_grad)
     a, b = ctx.inputs
+    need_a, need_b = ctx.needs_input_grad
+    if a.dim() + b.dim() == 3 and grad.dim() == 1:
+        # a vector and a matrix: a matrix-vector product and an outer product (one op each,
+        # where the general form below unsqueezes, transposes and squeezes around them)
+        outer = _OUTER.fn
+        if a.dim() == 1:
+            return (conj(b) @ grad if need_a else None, outer(conj(a), grad) if need_b else None)
+        return (outer(grad, conj(b)) if need_a else None, conj(a).mT @ grad if need_b else None)
     a2 = a.unsqueeze(0) if a.dim() == 1 else a
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
     g = grad.unsqueeze(-1) if b.dim() == 1 else grad

@@ -295,6 +295,8 @@ binary(
 def _pow_dbase(a, b):
     # b * a**(b-1), but 0 where b == 0: x**0 is constant, even at x == 0 where 0 * 0**-1 = nan
     if not isinstance(b, Tensor):
+        if b == 2:  # (squares are common: one op, a**1 is a)
+            return a * 2
         return 0 if b == 0 else b * a ** (b - 1)
     return where(b == 0, 0.0, b * a ** (b - 1))
 
