@@ -181,7 +181,11 @@ def test_gradients_flow_through_the_kernels(launches):
 
 @pytest.mark.cuda
 def test_small_tensors_take_cupy_and_large_ones_the_kernel(monkeypatch):
+    """The Python route's crossover (the native route, tested in
+    test_cuda_pointwise_native.py, launches at every size)."""
     _cuda_or_skip()
+    monkeypatch.setattr(_cuda_pointwise, "_native_run", None)
+    monkeypatch.setattr(_cuda_pointwise, "_native_checked", True)
     seen = []
     real = _cuda_pointwise.run
     monkeypatch.setattr(

@@ -33,6 +33,8 @@
 //   cuda_launch     one CUDA kernel launch through the driver's cuLaunchKernel, the arguments
 //                   converted by a signature string (twin: the CuPy Function's own call,
 //                   _cuda_launch.py); CuPy's call builds an object per argument.
+//   cuda_pointwise  _cuda_pointwise.run's layout checks, allocation and launch for our own
+//                   pointwise kernels (csrc/cuda_pointwise.h; twin: _cuda_pointwise.run).
 //   cublas_gemm     cublasGemmEx / cublasGemmStridedBatchedEx with alpha 1, beta 0, the stream
 //                   set when it changed (cublas_gemm.h; twin: _cublas.py's ctypes calls).
 //   exchange_api    the DLPack C exchange table (Tensor.__dlpack_c_exchange_api__): tvm-ffi
@@ -1514,6 +1516,7 @@ void cuda_launch(uintptr_t function, unsigned grid, unsigned block, uintptr_t st
 }
 
 #include "cublas_gemm.h"
+#include "cuda_pointwise.h"
 
 }  // namespace
 
@@ -1592,4 +1595,9 @@ PYBIND11_MODULE(_C, m) {
     m.def("cublas_register", &cublas_register, py::arg("handle"),
           "Accept a cublasHandle_t of the bound library in cublas_gemm");
     if (PyModule_AddFunctions(m.ptr(), cublas_gemm_defs) < 0) throw py::error_already_set();
+    if (PyModule_AddFunctions(m.ptr(), cuda_pointwise_defs) < 0) throw py::error_already_set();
+    m.def("init_cuda_pointwise", &init_cuda_pointwise, py::arg("ndarray"), py::arg("functions"),
+          py::arg("stream"),
+          "Learn cupy.ndarray, _cuda_pointwise._functions and cupy's current-stream getter "
+          "(called once by tensorplay._cuda_pointwise when CuPy is imported)");
 }

@@ -29,6 +29,7 @@ import numpy as np
 
 from tensorplay import _device
 from tensorplay._cuda_launch import CODES, launch
+from tensorplay._native import NATIVE
 
 __all__ = ["run"]
 
@@ -179,10 +180,36 @@ def _layout(arrays: tuple):
     return None
 
 
+_native_run = None  # tensorplay._C.cuda_pointwise once CuPy is loaded (see _native_route)
+_native_checked = False
+
+
+def _native_route():
+    """``_C.cuda_pointwise``, initialised with CuPy's array class and stream getter, or None
+    (no ``_C``, ``TENSORPLAY_PURE_PYTHON=1``)."""
+    global _native_run, _native_checked
+    if not _native_checked:
+        _native_checked = True
+        if NATIVE is not None and hasattr(NATIVE, "cuda_pointwise"):
+            cp = _device.cupy_or_raise()
+            NATIVE.init_cuda_pointwise(cp.ndarray, _functions, cp.cuda.get_current_stream)
+            _native_run = NATIVE.cuda_pointwise
+    return _native_run
+
+
 def run(expr: str, arrays: tuple, out=None, min_elements: int | None = None):
     """``expr`` over ``arrays`` (one or two CuPy arrays, or an array and a number already of
     its dtype), into ``out`` when given; None where this layout, dtype or size (below
-    ``min_elements``, default ``MIN_ELEMENTS``) is not covered."""
+    ``min_elements``, default ``MIN_ELEMENTS``) is not covered.
+
+    Without ``out``, ``tensorplay._C.cuda_pointwise`` decides and launches (the layouts and
+    kernels of the code below, its twin) at every size: its host time is below CuPy's
+    own elementwise call, so ``MIN_ELEMENTS`` (this Python route's crossover) does not apply."""
+    native = _native_run if _native_checked else _native_route()
+    if native is not None and out is None:
+        r = native(expr, arrays, min_elements or 0)
+        if r is not None:
+            return r
     n = getattr(arrays[0], "size", 0)
     if len(arrays) == 2:
         n = max(n, getattr(arrays[1], "size", 0))
