@@ -20,6 +20,8 @@ native                        Python twin
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
                               recording makes over a new backward node's inputs)
+``record_node``               ``tensorplay.autograd._record.record`` (an op-table row's
+                              ``OpNode`` and its ``SavedTensor`` s in the common case)
 ``im2col``                    ``_rows.convolution._columns_py`` (a convolution's columns
                               on the CPU: a strided view, transposed and copied)
 ``max_pool2d``                ``_rows.convolution._max_pool_arrays``'s loop (values and
@@ -31,6 +33,8 @@ native                        Python twin
                               arrays where numpy's maximum and where take several)
 ``cuda_launch``               the CuPy ``Function``'s call in ``_cuda_launch.launch`` (a
                               launch of our own CUDA kernels through ``cuLaunchKernel``)
+``cuda_pointwise``            ``_cuda_pointwise.run`` (the layout check, allocation and
+                              launch of our pointwise kernels; natively at every size)
 ``cublas_gemm``               the ctypes calls of ``_cublas._gemm_ctypes`` (cuBLAS's GEMM
                               with the arguments converted in C; handles made by ctypes)
 ``exchange_api``              ``Tensor.__dlpack__`` (``Tensor.__dlpack_c_exchange_api__``
