@@ -1349,7 +1349,10 @@ void relu_loop(const T *x, T *o, npy_intp n) {
 
 template <typename T>
 void threshold_backward_loop(const T *g, const T *x, T *o, npy_intp n, T t) {
-    for (npy_intp i = 0; i < n; ++i) o[i] = x[i] <= t ? T(0) : g[i];
+    for (npy_intp i = 0; i < n; ++i) {
+        const T gv = g[i];  // (read unconditionally: the loop vectorizes)
+        o[i] = x[i] <= t ? T(0) : gv;
+    }
 }
 
 // A float32/float64 C-contiguous numpy array, or NULL (borrowed).

@@ -413,12 +413,17 @@ def _nll_loss(fn, input, target, weight, ignore_index, reduction) -> Tensor:
     # vmap they are not (a sample's view of the batch): gather checks the whole batch.
     if tgt.device.type == "cpu" and tgt.numel() and _host_readable(tgt):
         values = tgt.numpy()
-        counted = values != ignore_index
-        everyone = bool(counted.all())
+        lo, hi = values.min(), values.max()
+        # the common case in two reductions: every target a class, so none is ignore_index
+        # (outside [0, c) unless it names a class, which the general check below handles)
+        everyone = 0 <= lo and hi < c and not lo <= ignore_index <= hi
         if not everyone:
-            values = values[counted]
-        low, high = values < 0, values >= c
-        if low.any() or high.any():
+            counted = values != ignore_index
+            everyone = bool(counted.all())
+            if not everyone:
+                values = values[counted]
+        low, high = (values < 0, values >= c) if not (0 <= lo and hi < c) else (None, None)
+        if low is not None and (low.any() or high.any()):
             worst = int(values[low].min()) if low.any() else int(values[high].max())
             raise IndexError(f"{fn}(): Target {worst} is out of bounds (classes: {c}).")
         if everyone and weight is None:
