@@ -14,6 +14,7 @@
 //                   decisions of execute() kept per key (row, input types, dtypes, devices,
 //                   shapes, parameters), the kernel run and its result wrapped here
 //                   (csrc/plain_call.h).
+//   make_view       a strided view of a CPU tensor (twin: _tensor.make_view's CPU branch).
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
@@ -339,6 +340,111 @@ inline int requires_grad(PyObject *t) {
     Py_DECREF(v);
     return r;
 }
+
+// ---- make_view: a strided view of a CPU tensor ---------------------------------------------
+//
+// Twin: tensorplay._tensor.make_view (its CPU branch): the numpy array over the source's
+// storage at the view's offset and strides, and the Tensor around it sharing the storage
+// (and so the version counter), with _base the source's base or the source. numpy's
+// ndarray(shape, dtype, buffer, offset, strides) constructor costs most of a view's host
+// time; here the array is made from the buffer's address directly, after the bounds check
+// that constructor makes. Anything else (CUDA, meta, a subclass, lists for the geometry, a
+// negative stride, a view past the buffer) returns None and Python makes it (or raises).
+
+struct ViewNames {
+    PyObject *offset = nullptr, *stride = nullptr, *base = nullptr;
+};
+ViewNames V;
+
+PyObject *make_view(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "make_view(src, shape, stride, offset)");
+        return nullptr;
+    }
+    PyObject *src = args[0], *shape = args[1], *stride = args[2], *off = args[3];
+    if (!L.ready || Py_TYPE(src) != L.tensor || !PyTuple_CheckExact(shape) ||
+        !PyTuple_CheckExact(stride) || !PyLong_CheckExact(off) ||
+        slot(src, L.t_device) != L.cpu)
+        Py_RETURN_NONE;
+    PyObject *data = slot(src, L.t_data), *storage = slot(src, L.t_storage);
+    PyObject *buf = storage ? slot(storage, L.s_buf) : nullptr;
+    if (!data || !PyArray_CheckExact(data) || !buf || !PyArray_Check(buf)) Py_RETURN_NONE;
+    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    if (nd != PyTuple_GET_SIZE(stride) || nd > NPY_MAXDIMS) Py_RETURN_NONE;
+    PyArray_Descr *descr = PyArray_DESCR(reinterpret_cast<PyArrayObject *>(data));
+    const Py_ssize_t isz = PyDataType_ELSIZE(descr);
+    const Py_ssize_t offset = PyLong_AsSsize_t(off);
+    const Py_ssize_t base_start = PyLong_AsSsize_t(slot(storage, L.s_start));
+    if ((offset == -1 || base_start == -1) && PyErr_Occurred()) return nullptr;
+    if (offset < 0 || isz <= 0) Py_RETURN_NONE;
+    npy_intp dims[NPY_MAXDIMS], strides[NPY_MAXDIMS];
+    bool empty = false;
+    Py_ssize_t extent = 0;  // bytes past the first element's start that the view reaches
+    for (Py_ssize_t i = 0; i < nd; ++i) {
+        const Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+        const Py_ssize_t s = PyLong_AsSsize_t(PyTuple_GET_ITEM(stride, i));
+        if ((d == -1 || s == -1) && PyErr_Occurred()) {
+            PyErr_Clear();  // not ints: Python's make_view explains
+            Py_RETURN_NONE;
+        }
+        if (d < 0 || s < 0) Py_RETURN_NONE;
+        dims[i] = d;
+        strides[i] = s * isz;
+        empty |= d == 0;
+        if (d > 0) extent += (d - 1) * s * isz;
+    }
+    Py_ssize_t start = base_start + offset * isz;
+    const Py_ssize_t nbytes = PyArray_NBYTES(reinterpret_cast<PyArrayObject *>(buf));
+    const Py_ssize_t own = PyLong_AsSsize_t(slot(storage, L.s_nbytes));
+    if (own == -1 && PyErr_Occurred()) return nullptr;
+    if (empty) {
+        if (start > nbytes) start = 0;  // no element is read (as _view_array)
+    } else if (start + extent + isz > base_start + own || start + extent + isz > nbytes) {
+        // past the storage (small storages share a slab, which numpy's constructor cannot
+        // tell): Python's make_view decides (numpy raises past the buffer)
+        Py_RETURN_NONE;
+    }
+    auto *b = reinterpret_cast<PyArrayObject *>(buf);
+    Py_INCREF(descr);  // PyArray_NewFromDescr steals it
+    PyObject *arr = PyArray_NewFromDescr(&PyArray_Type, descr, static_cast<int>(nd), dims, strides,
+                                         PyArray_BYTES(b) + start,
+                                         PyArray_ISWRITEABLE(b) ? NPY_ARRAY_WRITEABLE : 0, nullptr);
+    if (!arr) return nullptr;
+    Py_INCREF(buf);
+    if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject *>(arr), buf) < 0) {  // steals buf
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    PyObject *t = L.tensor->tp_alloc(L.tensor, 0);
+    if (!t) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    slot(t, L.t_data) = arr;
+    slot(t, L.t_storage) = Py_NewRef(storage);
+    slot(t, L.t_shape) = Py_NewRef(shape);
+    slot(t, L.t_dtype) = Py_NewRef(slot(src, L.t_dtype));
+    slot(t, L.t_device) = Py_NewRef(slot(src, L.t_device));
+    PyObject *src_base = PyObject_GetAttr(src, V.base);
+    int rc = src_base ? 0 : -1;
+    if (rc == 0 && offset) rc = PyObject_SetAttr(t, V.offset, off);
+    if (rc == 0) rc = PyObject_SetAttr(t, V.stride, stride);
+    if (rc == 0) rc = PyObject_SetAttr(t, V.base, src_base == Py_None ? src : src_base);
+    Py_XDECREF(src_base);
+    if (rc < 0) {
+        Py_DECREF(t);
+        return nullptr;
+    }
+    return t;
+}
+
+PyMethodDef make_view_defs[] = {
+    {"make_view", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_view)),
+     METH_FASTCALL,
+     "make_view(src, shape, stride, offset): a view of a CPU tensor, or None where Python "
+     "makes it (twin: tensorplay._tensor.make_view)"},
+    {nullptr, nullptr, 0, nullptr},
+};
 
 // ---- FastOp: the fast path of one pointwise op ----------------------------------------
 
@@ -1532,6 +1638,11 @@ PYBIND11_MODULE(_C, m) {
     m.add_object("FastOp", fastop);
 
     if (PyModule_AddFunctions(m.ptr(), plain_call_defs) < 0) throw py::error_already_set();
+    if (PyModule_AddFunctions(m.ptr(), make_view_defs) < 0) throw py::error_already_set();
+    V.offset = PyUnicode_InternFromString("_offset");
+    V.stride = PyUnicode_InternFromString("_stride");
+    V.base = PyUnicode_InternFromString("_base");
+    if (!V.offset || !V.stride || !V.base) throw py::error_already_set();
     m.def("init_plain", &init_plain, py::arg("fallback"), py::arg("plan"), py::arg("wrap"),
           py::arg("record"), py::arg("row_type"), py::arg("dtype_type"), py::arg("quiet"),
           "Learn _dispatch's general path, planner, wrap and autograd record (called once by "

@@ -16,6 +16,8 @@ native                        Python twin
                               numpy allocates 64-byte aligned memory inside a CPU kernel,
                               so a result only the kernel holds becomes the storage where
                               the twin copies it)
+``make_view``                 ``_tensor.make_view``'s CPU branch (the numpy array of a
+                              view made from the buffer's address, not numpy's constructor)
 ``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
@@ -56,7 +58,7 @@ import importlib
 import os
 import warnings
 
-from tensorplay import _device
+from tensorplay import _device, _tensor
 from tensorplay._device import CPU
 from tensorplay._dlpack import from_dlpack
 from tensorplay._storage import Storage, _aligned_u8
@@ -90,6 +92,7 @@ else:
     else:
         REASON = "loaded"
         NATIVE.init(Tensor, Storage, CPU, _aligned_u8)
+        _tensor.register_native_view(NATIVE.make_view)
 
 
 def _any_requires_grad(items) -> bool:

@@ -459,8 +459,22 @@ def _derived_cuda_view(src: Tensor, shape: tuple, stride: tuple, offset: int):
     return a.transpose(perm)
 
 
+_native_view = None  # tensorplay._C.make_view (register_native_view), or None
+
+
+def register_native_view(fn) -> None:
+    """``fn(src, shape, stride, offset)``: the view ``make_view`` would make, or None where
+    it must (``tensorplay._native`` registers ``_C.make_view``, CPU views in C)."""
+    global _native_view
+    _native_view = fn
+
+
 def make_view(src: Tensor, shape, stride, offset) -> Tensor:
     """A tensor viewing ``src``'s storage; shares its version counter."""
+    if _native_view is not None:
+        t = _native_view(src, shape, stride, offset)
+        if t is not None:
+            return t
     if type(shape) is not tuple:
         shape = tuple(shape)
     if type(stride) is not tuple:
