@@ -83,6 +83,62 @@ def test_native_refuses_misuse():
         im2col(np.zeros((1, 1, 2, 2), np.dtype("V3")), 1, 1, 1, 1, 1, 1, 0, 0, 2, 2)
 
 
+# ---- col2im (im2col's adjoint) -----------------------------------------------------------------
+
+
+def _col2im_reference(cols, shape, kernel, stride, dilation, pads, out):
+    n, c, h, w = shape
+    img = np.zeros(shape, np.float64)
+    r = 0
+    for ci, ki, kj in itertools.product(range(c), range(kernel[0]), range(kernel[1])):
+        col = 0
+        for b, oy, ox in itertools.product(range(n), range(out[0]), range(out[1])):
+            iy = oy * stride[0] - pads[0] + ki * dilation[0]
+            ix = ox * stride[1] - pads[1] + kj * dilation[1]
+            if 0 <= iy < h and 0 <= ix < w:
+                img[b, ci, iy, ix] += cols[r, col]
+            col += 1
+        r += 1
+    return img
+
+
+@pytest.mark.parametrize("geo", GEOMETRIES, ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_native_col2im_is_the_adjoint_of_im2col(geo, dtype):
+    native = _native.NATIVE
+    if native is None:
+        pytest.skip(f"tensorplay._C is not available: {_native.REASON}")
+    shape, kernel, stride, dilation, pads = geo
+    out = tuple(
+        _out(m, k, s, d, p) for m, k, s, d, p in zip(shape[2:], kernel, stride, dilation, pads)
+    )
+    rng = np.random.default_rng(1)
+    cols = rng.standard_normal((shape[1] * kernel[0] * kernel[1], shape[0] * out[0] * out[1]))
+    cols = cols.astype(dtype)
+    got = native.col2im(cols, *shape, *kernel, *stride, *dilation, *pads, *out)
+    want = _col2im_reference(cols, shape, kernel, stride, dilation, pads, out)
+    assert got.dtype == dtype and got.shape == shape
+    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype is np.float32 else 1e-12, atol=1e-5)
+    # <im2col(x), cols> == <x, col2im(cols)>
+    x = rng.standard_normal(shape).astype(dtype)
+    lhs = float((native.im2col(x, *kernel, *stride, *dilation, *pads, *out) * cols).sum())
+    np.testing.assert_allclose(lhs, float((x * got).sum()), rtol=1e-4, atol=1e-4)
+    # other dtypes and layouts: None (the numpy form runs)
+    assert (
+        native.col2im(cols.astype(np.int32), *shape, *kernel, *stride, *dilation, *pads, *out)
+        is None
+    )
+    if cols.shape[1] > 1:
+        assert (
+            native.col2im(cols[:, ::-1], *shape, *kernel, *stride, *dilation, *pads, *out) is None
+        )
+    with pytest.raises(ValueError, match="cols must be"):
+        wrong = np.zeros((cols.shape[0] + 1, cols.shape[1]), dtype)
+        native.col2im(wrong, *shape, *kernel, *stride, *dilation, *pads, *out)
+    with pytest.raises(ValueError, match="stride"):
+        native.col2im(cols, *shape, *kernel, 0, 1, *dilation, *pads, *out)
+
+
 # ---- max pooling and scatter-add -------------------------------------------------------------
 
 

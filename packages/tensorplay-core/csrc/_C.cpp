@@ -24,6 +24,8 @@
 //   im2col          a convolution's column matrix (C*KH*KW, N*OH*OW) from a contiguous
 //                   (N, C, H, W) array, zero padding included (twin: _rows/convolution.py's
 //                   _columns_py: a strided view, transposed, copied).
+//   col2im          im2col's adjoint: columns added back into an image (a transposed
+//                   convolution; twin: _rows/convolution.py's strided adds).
 //   max_pool2d      2-D max pooling's values and flat argmax indices in one pass (torch's
 //                   loop: the first maximum wins, a NaN replaces anything; twin:
 //                   _rows/convolution.py's _max_pool_arrays).
@@ -1313,6 +1315,67 @@ py::object im2col(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp
 }
 
 
+// ---- col2im: im2col's adjoint --------------------------------------------------------------
+// out[b, ci, iy, ix] += col[(ci, ki, kj), (b, oy, ox)] over every window position that reads
+// (iy, ix): the columns of a transposed convolution (or of a convolution's input gradient)
+// added back into the image, the same walk as im2col_loop with the copy reversed.
+
+template <typename T>
+void col2im_loop(const T *col, T *x, npy_intp n, npy_intp c, npy_intp h, npy_intp w,
+                 npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw,
+                 npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+    for (npy_intp ci = 0; ci < c; ++ci)
+        for (npy_intp ki = 0; ki < kh; ++ki)
+            for (npy_intp kj = 0; kj < kw; ++kj) {
+                const npy_intp x0 = kj * dw - pw;
+                npy_intp lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+                npy_intp hi = x0 >= w ? 0 : (w - 1 - x0) / sw + 1;
+                lo = std::min(lo, ow);
+                hi = std::max(lo, std::min(hi, ow));
+                for (npy_intp b = 0; b < n; ++b) {
+                    T *plane = x + (b * c + ci) * h * w;
+                    for (npy_intp oy = 0; oy < oh; ++oy, col += ow) {
+                        const npy_intp iy = oy * sh - ph + ki * dh;
+                        if (iy < 0 || iy >= h || lo == hi) continue;
+                        T *row = plane + iy * w + x0 + lo * sw;
+                        for (npy_intp ox = lo; ox < hi; ++ox, row += sw) *row += col[ox];
+                    }
+                }
+            }
+}
+
+// The (N, C, H, W) image whose im2col has adjoint ``cols`` (float32/float64, C-contiguous
+// (C*KH*KW, N*OH*OW)); None for other dtypes and layouts (the caller's numpy form).
+py::object col2im(py::object co, npy_intp n, npy_intp c, npy_intp h, npy_intp w, npy_intp kh,
+                  npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw, npy_intp ph,
+                  npy_intp pw, npy_intp oh, npy_intp ow) {
+    if (!PyArray_Check(co.ptr())) return py::none();
+    auto *cols = reinterpret_cast<PyArrayObject *>(co.ptr());
+    const int type = PyArray_TYPE(cols);
+    if ((type != NPY_FLOAT32 && type != NPY_FLOAT64) || !PyArray_IS_C_CONTIGUOUS(cols) ||
+        !PyArray_ISNOTSWAPPED(cols))
+        return py::none();
+    if (n < 0 || c < 0 || h < 0 || w < 0 || kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 ||
+        dw < 1 || ph < 0 || pw < 0 || oh < 0 || ow < 0)
+        throw py::value_error("col2im(): sizes >= 0; kernel, stride and dilation >= 1; padding >= 0");
+    if (PyArray_NDIM(cols) != 2 || PyArray_DIM(cols, 0) != c * kh * kw ||
+        PyArray_DIM(cols, 1) != n * oh * ow)
+        throw py::value_error("col2im(cols): cols must be (C*KH*KW, N*OH*OW)");
+    npy_intp dims[4] = {n, c, h, w};
+    PyObject *out = PyArray_ZEROS(4, dims, type, 0);
+    if (!out) throw py::error_already_set();
+    const void *src = PyArray_DATA(cols);
+    void *dst = PyArray_DATA(reinterpret_cast<PyArrayObject *>(out));
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT32)
+        col2im_loop(static_cast<const float *>(src), static_cast<float *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow);
+    else
+        col2im_loop(static_cast<const double *>(src), static_cast<double *>(dst), n, c, h, w, kh, kw, sh, sw, dh, dw, ph, pw, oh, ow);
+    Py_END_ALLOW_THREADS
+    return py::reinterpret_steal<py::object>(out);
+}
+
+
 // ---- max pooling -------------------------------------------------------------------------------
 
 template <typename T>
@@ -1673,6 +1736,13 @@ PYBIND11_MODULE(_C, m) {
           py::arg("oh"), py::arg("ow"),
           "The (C*KH*KW, N*OH*OW) columns of contiguous (N, C, H, W) x, zero-padded "
           "(twin: tensorplay._rows.convolution._columns_py)");
+    m.def("col2im", &col2im, py::arg("cols"), py::arg("n"), py::arg("c"), py::arg("h"),
+          py::arg("w"), py::arg("kh"), py::arg("kw"), py::arg("sh"), py::arg("sw"),
+          py::arg("dh"), py::arg("dw"), py::arg("ph"), py::arg("pw"), py::arg("oh"),
+          py::arg("ow"),
+          "The (N, C, H, W) image that im2col's adjoint makes of float32/float64 columns "
+          "(C*KH*KW, N*OH*OW); None for other arrays (twin: tensorplay._rows.convolution."
+          "_conv_t_arrays's strided adds)");
     m.def("max_pool2d", &max_pool2d, py::arg("x"), py::arg("kh"), py::arg("kw"), py::arg("sh"),
           py::arg("sw"), py::arg("dh"), py::arg("dw"), py::arg("ph"), py::arg("pw"),
           py::arg("oh"), py::arg("ow"),

@@ -376,10 +376,45 @@ def _conv_t_unit_stride(xp, x, w, b, g: _ConvTGeo):
     return _conv_arrays(xp, x, wf, b, geo)
 
 
+def _conv_t_cpu(x, w, b, g: _ConvTGeo):
+    """An ungrouped 1-D/2-D transposed convolution of float32/float64 CPU arrays: the input's
+    columns through the weight (one matmul), then ``tensorplay._C.col2im`` adds them into
+    the output in one pass (the adjoint of the convolution's im2col); None where the native
+    route does not apply."""
+    if NATIVE is None or g.groups != 1 or len(g.stride) > 2 or x.dtype.char not in "fd":
+        return None
+    if x.dtype != w.dtype or (b is not None and b.dtype != x.dtype):
+        return None
+    one_d = len(g.stride) == 1
+    if one_d:  # as 2-D of height 1
+        x, w = x[:, :, None], w[:, :, None]
+        g = g._replace(
+            stride=(1, *g.stride),
+            padding=(0, *g.padding),
+            dilation=(1, *g.dilation),
+            out=(1, *g.out),
+        )
+    n, cin, hin, win = x.shape
+    cout, (kh, kw) = w.shape[1], w.shape[2:]
+    xm = np.ascontiguousarray(x.reshape(n, cin, hin * win).transpose(1, 0, 2))
+    cols = np.dot(w.reshape(cin, cout * kh * kw).T, xm.reshape(cin, n * hin * win))
+    r = NATIVE.col2im(cols, n, cout, *g.out, kh, kw, *g.stride, *g.dilation, *g.padding, hin, win)
+    if r is None:
+        return None
+    if b is not None:
+        r += b.reshape(1, cout, 1, 1)
+    return r.reshape(n, cout, r.shape[-1]) if one_d else r
+
+
 def _conv_t_arrays(xp, x, w, b, g: _ConvTGeo):
     """Batched transposed convolution: each input position's contribution to its kernel
     window (one matmul), then col2im, one strided add per kernel offset. With stride 1 (the
-    input gradient of most convolutions) it is a convolution, which is faster."""
+    input gradient of most convolutions) it is a convolution, which is faster. On the CPU,
+    ungrouped 1-D/2-D float ones take ``_conv_t_cpu`` (col2im in one native pass)."""
+    if xp is np:
+        r = _conv_t_cpu(x, w, b, g)
+        if r is not None:
+            return r
     if all(s == 1 for s in g.stride):
         return _conv_t_unit_stride(xp, x, w, b, g)
     n, c = x.shape[:2]
