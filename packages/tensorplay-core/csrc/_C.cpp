@@ -50,6 +50,9 @@
 #include <pybind11/pybind11.h>
 
 #define NPY_NO_DEPRECATED_API NPY_2_0_API_VERSION
+// PyDataMem_SetHandler (the aligned allocator inside plain calls) is API of numpy 1.22 on;
+// older numpy headers default to an earlier target and hide it
+#define NPY_TARGET_VERSION NPY_1_22_API_VERSION
 #define PY_ARRAY_UNIQUE_SYMBOL tensorplay_ARRAY_API
 #include <numpy/arrayobject.h>
 #include <structmember.h>
