@@ -166,3 +166,29 @@ def test_a_subclass_result_gets_the_same_node():
     assert _fields(c_result.grad_fn)[:9] == _fields(py_node)[:9]
     c_result.sum().backward()
     assert x.grad.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_the_fast_paths_record_through_c_as_their_twins_do():
+    assert _dispatch._plain_record is C.plain_record and _dispatch._fast_record is C.fast_record
+    row = _dispatch.OPS["mul"]
+    x = tp.randn(3, requires_grad=True)
+    y = tp.randn(3)
+    (x * y).sum()  # python has seen mul
+    for record in (C.plain_record, _dispatch._plain_record_py):
+        with tp.no_grad():
+            r = x.detach() * y
+        assert record(row, (y, y), {}, r) is r and r.grad_fn is None  # nothing requires grad
+        with tp.no_grad():
+            assert record(row, (x, y), {}, r) is r and r.grad_fn is None  # grad mode off
+        out = record(row, (x, y), {}, r)
+        assert out is r and r.grad_fn is not None and r.grad_fn.name() == "MulBackward0"
+        r.sum().backward()
+        np.testing.assert_allclose(x.grad.numpy(), y.numpy())
+        x.grad = None
+    with tp.no_grad():
+        r = x.detach() * y
+    assert C.fast_record(row, (x, y), r) is r and r.grad_fn.params == row.defaults
+    with pytest.raises(TypeError):
+        C.plain_record(row, (x,))
+    with pytest.raises(TypeError):
+        C.fast_record(row)

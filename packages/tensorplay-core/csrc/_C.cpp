@@ -1705,6 +1705,7 @@ PYBIND11_MODULE(_C, m) {
 
     if (PyModule_AddFunctions(m.ptr(), plain_call_defs) < 0) throw py::error_already_set();
     if (PyModule_AddFunctions(m.ptr(), make_view_defs) < 0) throw py::error_already_set();
+    if (PyModule_AddFunctions(m.ptr(), record_defs) < 0) throw py::error_already_set();
     V.offset = PyUnicode_InternFromString("_offset");
     V.stride = PyUnicode_InternFromString("_stride");
     V.base = PyUnicode_InternFromString("_base");

@@ -245,3 +245,56 @@ PyObject *record_plain(PyObject *row, PyObject *targs, PyObject *params, PyObjec
     }
     return PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
 }
+
+// _dispatch._plain_record (the twin) for the generated fast paths: nothing unless grad mode
+// is on and an input (or a list/tuple input's item) requires grad; then the node made here,
+// or by Python's record where this declines.
+PyObject *record_checked(PyObject *row, PyObject *targs, PyObject *params, PyObject *t) {
+    if (!R.ready || (!PyTuple_Check(targs) && !PyList_Check(targs)))
+        return PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
+    int g = attr_true(R.grad, R.enabled);
+    if (g <= 0) return g < 0 ? nullptr : Py_NewRef(t);
+    int rg = scan_requires_grad(targs, 0);
+    if (rg <= 0) return rg < 0 ? nullptr : Py_NewRef(t);
+    PyObject *r = record_node_raw(row, targs, params, t);
+    if (r != Py_None) return r;
+    Py_DECREF(r);
+    return PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
+}
+
+// plain_record(row, targs, params, result)
+PyObject *plain_record_entry(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !P.ready) {
+        PyErr_SetString(PyExc_TypeError, "plain_record(row, targs, params, result), after init_plain()");
+        return nullptr;
+    }
+    return record_checked(args[0], args[1], args[2], args[3]);
+}
+
+// fast_record(row, targs, result): plain_record with the row's defaults (twin:
+// _dispatch._fast_record)
+PyObject *fast_record_entry(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !P.ready) {
+        PyErr_SetString(PyExc_TypeError, "fast_record(row, targs, result), after init_plain()");
+        return nullptr;
+    }
+    static PyObject *defaults_name = PyUnicode_InternFromString("defaults");
+    if (!defaults_name) return nullptr;
+    PyObject *defaults = PyObject_GetAttr(args[0], defaults_name);
+    if (!defaults) return nullptr;
+    PyObject *r = record_checked(args[0], args[1], defaults, args[2]);
+    Py_DECREF(defaults);
+    return r;
+}
+
+PyMethodDef record_defs[] = {
+    {"plain_record", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(plain_record_entry)),
+     METH_FASTCALL,
+     "plain_record(row, targs, params, result): the result, with its backward node when grad "
+     "mode is on and an input requires grad (twin: tensorplay._dispatch._plain_record)"},
+    {"fast_record", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_record_entry)),
+     METH_FASTCALL,
+     "fast_record(row, targs, result): plain_record with the row's defaults (twin: "
+     "tensorplay._dispatch._fast_record)"},
+    {nullptr, nullptr, 0, nullptr},
+};

@@ -1347,3 +1347,8 @@ if NATIVE is not None and hasattr(NATIVE, "plain_call"):
         quiet=(_extobj_contextvar, _QUIET_STATE) if _QUIET_STATE is not None else None,
     )
     call = NATIVE.plain_call  # noqa: F811 - the same function, its hot path in C
+    # the generated fast paths (made after this module) record through C as well; the
+    # Python functions above stay the twins (and plain_call's fallback for what C declines)
+    _plain_record_py, _fast_record_py = _plain_record, _fast_record
+    _plain_record = NATIVE.plain_record  # noqa: F811
+    _fast_record = NATIVE.fast_record  # noqa: F811
