@@ -1232,6 +1232,16 @@ void watch_gate(py::object state) {
 
 // ---- im2col ----------------------------------------------------------------------------------
 
+// The output columns [lo, hi) (of ow) whose input column ix = x0 + ox * sw falls inside a
+// row of w elements (im2col's and col2im's walk over one kernel offset).
+inline void valid_columns(npy_intp x0, npy_intp w, npy_intp sw, npy_intp ow, npy_intp *lo,
+                          npy_intp *hi) {
+    npy_intp l = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
+    npy_intp h = x0 >= w ? 0 : (w - 1 - x0) / sw + 1;
+    *lo = std::min(l, ow);
+    *hi = std::max(*lo, std::min(h, ow));
+}
+
 // (Plain loops, not std::fill/std::copy, and GCC told not to turn them back into memset
 // and memcpy calls: the rows of small images are a few elements long, where a library
 // call per row costs more than the copy.)
@@ -1246,14 +1256,11 @@ void im2col_loop(const T *x, T *col, npy_intp n, npy_intp c, npy_intp h, npy_int
     for (npy_intp ci = 0; ci < c; ++ci)
         for (npy_intp ki = 0; ki < kh; ++ki)
             for (npy_intp kj = 0; kj < kw; ++kj) {
-                // the output columns [lo, hi) whose ix = ox * sw + x0 falls inside the row:
-                // zeros before and after, a branch-free copy between (per kernel offset, so
-                // small images do not pay a bounds test per element)
+                // zeros before and after the valid columns, a branch-free copy between (per
+                // kernel offset, so small images do not pay a bounds test per element)
                 const npy_intp x0 = kj * dw - pw;
-                npy_intp lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
-                npy_intp hi = x0 >= w ? 0 : (w - 1 - x0) / sw + 1;
-                lo = std::min(lo, ow);
-                hi = std::max(lo, std::min(hi, ow));
+                npy_intp lo, hi;
+                valid_columns(x0, w, sw, ow, &lo, &hi);
                 for (npy_intp b = 0; b < n; ++b) {
                     const T *plane = x + (b * c + ci) * h * w;
                     for (npy_intp oy = 0; oy < oh; ++oy, col += ow) {
@@ -1331,10 +1338,8 @@ void col2im_loop(const T *col, T *x, npy_intp n, npy_intp c, npy_intp h, npy_int
         for (npy_intp ki = 0; ki < kh; ++ki)
             for (npy_intp kj = 0; kj < kw; ++kj) {
                 const npy_intp x0 = kj * dw - pw;
-                npy_intp lo = x0 >= 0 ? 0 : (-x0 + sw - 1) / sw;
-                npy_intp hi = x0 >= w ? 0 : (w - 1 - x0) / sw + 1;
-                lo = std::min(lo, ow);
-                hi = std::max(lo, std::min(hi, ow));
+                npy_intp lo, hi;
+                valid_columns(x0, w, sw, ow, &lo, &hi);
                 for (npy_intp b = 0; b < n; ++b) {
                     T *plane = x + (b * c + ci) * h * w;
                     for (npy_intp oy = 0; oy < oh; ++oy, col += ow) {
