@@ -252,14 +252,9 @@ PyObject *record_plain(PyObject *row, PyObject *targs, PyObject *params, PyObjec
 PyObject *record_checked(PyObject *row, PyObject *targs, PyObject *params, PyObject *t) {
     if (!R.ready || (!PyTuple_Check(targs) && !PyList_Check(targs)))
         return PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
-    int g = attr_true(R.grad, R.enabled);
-    if (g <= 0) return g < 0 ? nullptr : Py_NewRef(t);
     int rg = scan_requires_grad(targs, 0);
     if (rg <= 0) return rg < 0 ? nullptr : Py_NewRef(t);
-    PyObject *r = record_node_raw(row, targs, params, t);
-    if (r != Py_None) return r;
-    Py_DECREF(r);
-    return PyObject_CallFunctionObjArgs(P.record, row, targs, params, t, nullptr);
+    return record_plain(row, targs, params, t);  // (the rest: grad mode, then the node)
 }
 
 // plain_record(row, targs, params, result)

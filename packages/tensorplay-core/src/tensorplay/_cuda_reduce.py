@@ -32,6 +32,7 @@ import math
 
 from tensorplay import _device
 from tensorplay._cuda_launch import launch
+from tensorplay._meta import reduced_shape
 
 __all__ = ["sum", "var", "softmax", "softmax_backward"]
 
@@ -299,17 +300,23 @@ def _covered(a) -> bool:
     return a.dtype.char in _C_TYPES and a.size > 0 and a.flags.c_contiguous
 
 
+def _axes(a, axes) -> tuple | None:
+    """``axes`` (None: all) sorted, for a covered array with at least one axis reduced;
+    None where no kernel here takes the call."""
+    if not _covered(a) or a.ndim == 0:
+        return None
+    axes = tuple(range(a.ndim)) if axes is None else tuple(sorted(axes))
+    return axes or None
+
+
 def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's name
     """``a.sum(axis=axes, keepdims=keepdims)`` (divided by the count when ``mean``) for a
     C-contiguous float32/float64 CUDA array; None where the layout is not covered.
     ``axes``: None (all) or a tuple of distinct non-negative axes."""
-    if not _covered(a):
+    axes = _axes(a, axes)
+    if axes is None:
         return None
-    nd = a.ndim
-    axes = tuple(range(nd)) if axes is None else tuple(sorted(axes))
-    if not axes or nd == 0:
-        return None
-    k = len(axes)
+    nd, k = a.ndim, len(axes)
     if axes == tuple(range(nd - k, nd)):  # trailing axes: rows
         rows = math.prod(a.shape[: nd - k])
         kind = "rows"
@@ -323,12 +330,8 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
     else:
         return None
     cols = a.size // rows
-    if keepdims:
-        shape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
-    else:
-        shape = tuple(n for i, n in enumerate(a.shape) if i not in axes)
     cp = _device.cupy_or_raise()
-    out = cp.empty(shape, a.dtype)
+    out = cp.empty(reduced_shape(a.shape, axes, keepdims), a.dtype)
     fns = _functions(a.dtype.char, out.device.id)
     count = (a.size // rows if kind != "cols" else rows) if mean else 0
     if kind == "whole":
@@ -355,23 +358,18 @@ def var(a, axes, keepdims: bool, correction) -> object:
     """The variance of ``a`` over its trailing ``axes`` (a tuple of distinct non-negative
     axes, or None for all) with ``correction``, for a C-contiguous float32/float64 CUDA
     array: one block per row, accumulating in double; None for other layouts."""
-    if not _covered(a) or a.ndim == 0:
+    axes = _axes(a, axes)
+    if axes is None:
         return None
-    nd = a.ndim
-    axes = tuple(range(nd)) if axes is None else tuple(sorted(axes))
-    k = len(axes)
-    if not axes or axes != tuple(range(nd - k, nd)):
+    nd, k = a.ndim, len(axes)
+    if axes != tuple(range(nd - k, nd)):
         return None
     rows = math.prod(a.shape[: nd - k])
     cols = a.size // rows
     if rows == 1 and cols > _WHOLE_MAX:
         return None  # one block would read it all: CuPy's reduction spreads it
-    if keepdims:
-        shape = tuple(1 if i in axes else n for i, n in enumerate(a.shape))
-    else:
-        shape = a.shape[: nd - k]
     cp = _device.cupy_or_raise()
-    out = cp.empty(shape, a.dtype)
+    out = cp.empty(reduced_shape(a.shape, axes, keepdims), a.dtype)
     fn = _functions(a.dtype.char, out.device.id)["var"]
     denom = float(max(cols - correction, 0))
     launch(

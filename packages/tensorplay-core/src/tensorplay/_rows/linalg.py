@@ -97,9 +97,9 @@ def _matmul_vjp(ctx, grad):
     b2 = b.unsqueeze(-1) if b.dim() == 1 else b
     g = grad.unsqueeze(-1) if b.dim() == 1 else grad
     g = g.unsqueeze(-2) if a.dim() == 1 else g
-    ga = g @ conj(b2).mT if ctx.needs_input_grad[0] else None
+    ga = g @ conj(b2).mT if need_a else None
     gb = None
-    if ctx.needs_input_grad[1]:
+    if need_b:
         if b.dim() == 2 and a2.dim() > 2:
             # a weight shared by every batch: one product over the flattened batch (as
             # torch's), not a batched product summed over the batch afterwards

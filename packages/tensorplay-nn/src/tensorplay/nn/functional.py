@@ -414,18 +414,19 @@ def _nll_loss(fn, input, target, weight, ignore_index, reduction) -> Tensor:
     if tgt.device.type == "cpu" and tgt.numel() and _host_readable(tgt):
         values = tgt.numpy()
         lo, hi = values.min(), values.max()
-        # the common case in two reductions: every target a class, so none is ignore_index
-        # (outside [0, c) unless it names a class, which the general check below handles)
-        everyone = 0 <= lo and hi < c and not lo <= ignore_index <= hi
+        # the common case in two reductions: every target a class, and ignore_index outside
+        # the targets' range, so none is ignored
+        in_range = 0 <= lo and hi < c
+        everyone = in_range and not lo <= ignore_index <= hi
         if not everyone:
             counted = values != ignore_index
             everyone = bool(counted.all())
-            if not everyone:
-                values = values[counted]
-        low, high = (values < 0, values >= c) if not (0 <= lo and hi < c) else (None, None)
-        if low is not None and (low.any() or high.any()):
-            worst = int(values[low].min()) if low.any() else int(values[high].max())
-            raise IndexError(f"{fn}(): Target {worst} is out of bounds (classes: {c}).")
+            values = values if everyone else values[counted]
+            if not in_range:  # (the ignored targets may have been all of those outside)
+                low, high = values < 0, values >= c
+                if low.any() or high.any():
+                    worst = int(values[low].min()) if low.any() else int(values[high].max())
+                    raise IndexError(f"{fn}(): Target {worst} is out of bounds (classes: {c}).")
         if everyone and weight is None:
             # every target counts, with weight 1: the loss is the picked log-probabilities'
             # negated mean (sum) itself, three ops where the masked form below takes ten
