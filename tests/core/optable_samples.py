@@ -806,6 +806,7 @@ _NAMED = {
     "clone": _copylike,
     "_to_copy": _to_copy,
     "_threshold_backward": _binary_with({}, {"threshold": 0.5}),
+    "_gelu_backward": _binary_with({}, {"approximate": "tanh"}),
     "_softmax_backward_data": _softmax_backward_data,
     "_log_softmax_backward_data": _softmax_backward_data,
     "_index": _index,
@@ -932,6 +933,17 @@ def _gelu(x, approximate="none"):
     if approximate == "tanh":
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
     return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+def _gelu_backward(g, x, approximate="none"):
+    x = _float(x)
+    if approximate == "tanh":
+        c, k = math.sqrt(2 / math.pi), 0.044715
+        t = np.tanh(c * (x + k * x**3))
+        d = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x)
+    else:
+        d = 0.5 * (1 + _erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    return g * d
 
 
 def _float(x):
@@ -1283,6 +1295,7 @@ REF = {
     "_threshold_backward": lambda g, x, threshold=0: np.where(
         np.asarray(x) <= threshold, np.zeros((), np.result_type(g, x)), g
     ),
+    "_gelu_backward": _gelu_backward,
     "_index": lambda x, indices: x[indices],
     "_index_put": _index_put_ref,
     "add": lambda a, b, alpha=1: np.add(a, b) if alpha == 1 else a + np.multiply(b, alpha),

@@ -381,6 +381,17 @@ def _torch_fn(torch, row):
             return torch.ops.aten.threshold_backward(g, x, threshold)
 
         return threshold_backward
+    if row.name == "_gelu_backward":  # torch's own gelu backward
+
+        def gelu_backward(g, x, approximate="none"):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"gelu_backward(): self must be Tensor, not {type(x)}")
+            # mixed dtypes promote as any pointwise op's (torch's CPU kernel for this aten op
+            # raises for some pairs from oneDNN, a path no user call reaches)
+            rt = torch.result_type(g, x)
+            return torch.ops.aten.gelu_backward(g.to(rt), x.to(rt), approximate=approximate)
+
+        return gelu_backward
     fn = getattr(torch, row.name, None)
     if fn is None:
         fn = getattr(torch.nn.functional, row.name)

@@ -134,8 +134,12 @@ def _functions(expr: str, char: str, arity: int, device: int) -> dict:
         else:
             names = {(v, 0): f"tp_unary<{t}, {v}>" for v in {1, vec}}
             defs = f"#define EXPR1 {expr}\n#define EXPR2 a\n"
+        # no fused multiply-add: an expression of several operations (gelu's) then rounds
+        # each as CuPy's kernels, one per operation, do
         module = cp.RawModule(
-            code=defs + _SRC, options=("-std=c++14",), name_expressions=list(names.values())
+            code=defs + _SRC,
+            options=("-std=c++14", "--fmad=false"),
+            name_expressions=list(names.values()),
         )
         # the Functions themselves (``RawKernel.kernel``): their handles are what a launch needs
         fns = _kernels[key] = {k: module.get_function(n).kernel for k, n in names.items()}

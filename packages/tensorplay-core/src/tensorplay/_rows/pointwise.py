@@ -486,6 +486,7 @@ unary("sigmoid", _sigmoid, dtype=M.to_float, **pointwise_rule(lambda x, out: out
 unary(
     "erf",
     _erf,
+    cuda="erf(a)",  # CUDA's math library, as cupyx.scipy.special.erf calls it
     dtype=M.to_float,
     allow="bif",
     **pointwise_rule(lambda x: 2 / math.sqrt(math.pi) * (-x * x).exp()),
@@ -512,13 +513,39 @@ def _leaky_relu(xp, a, negative_slope=0.01):
     return xp.where(a > 0, a, a * negative_slope)
 
 
-def _gelu_derivative(x, approximate="none"):
+_GELU_C, _GELU_K = math.sqrt(2 / math.pi), 0.044715
+
+
+def _gelu_derivative(x, approximate="none", xp=None):
+    """gelu'(x) of tensors, or of arrays when ``xp`` (numpy/CuPy) is given."""
+    if xp is None and not isinstance(x, Tensor):  # gelu's backward at a number
+        return float(_gelu_derivative(np.float64(x), approximate, np))
+    tanh = (lambda v: v.tanh()) if xp is None else xp.tanh
     if approximate == "tanh":
-        c, k = math.sqrt(2 / math.pi), 0.044715
-        t = (c * (x + k * x * x * x)).tanh()
+        c, k = _GELU_C, _GELU_K
+        t = tanh(c * (x + k * x * x * x))
         return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * k * x * x)
+    if approximate != "none":
+        raise ValueError(f"approximate argument must be either none or tanh, got {approximate!r}")
     # Phi(x) + x * phi(x): the normal cdf plus x times its density
-    return 0.5 * (1 + (x / math.sqrt(2)).erf()) + x * (-0.5 * x * x).exp() / math.sqrt(2 * math.pi)
+    erf = (lambda v: v.erf()) if xp is None else functools.partial(_erf, xp)
+    exp = (lambda v: v.exp()) if xp is None else xp.exp
+    return 0.5 * (1 + erf(x / math.sqrt(2))) + x * exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _gelu_second_derivative(x, approximate="none"):
+    """gelu''(x), for the derivatives of gelu's backward (double backward)."""
+    if approximate == "tanh":
+        c, k = _GELU_C, _GELU_K
+        t = (c * (x + k * x * x * x)).tanh()
+        du, d2u = c * (1 + 3 * k * x * x), 6 * c * k * x  # of u = c * (x + k x^3)
+        return (1 - t * t) * (du + 0.5 * x * (d2u - 2 * t * du * du))
+    # d/dx (Phi(x) + x phi(x)) = 2 phi(x) + x phi'(x) = phi(x) (2 - x^2)
+    return (-0.5 * x * x).exp() / math.sqrt(2 * math.pi) * (2 - x * x)
+
+
+def _gelu_backward_kernel(xp, grad, x, approximate="none"):
+    return grad * _gelu_derivative(x, approximate, xp)
 
 
 def _silu_derivative(x):
@@ -578,14 +605,37 @@ _THRESHOLD_BACKWARD = binary(
         None if tg is None else _threshold_backward(tg, ctx.inputs[1], ctx.params["threshold"])
     ),
 )
+# gelu's backward, one row (torch's gelu_backward): on CUDA one kernel each way, where the
+# composed formula takes a dozen launches
+_GELU_BACKWARD = binary(
+    "_gelu_backward",
+    _gelu_backward_kernel,
+    params="grad_output, input, approximate='none'",
+    cuda=(
+        "a * ((T)0.5 * ((T)1 + erf(b / (T)1.4142135623730951))"
+        " + b * exp((T)-0.5 * b * b) / (T)2.5066282746310002)"
+    ),
+    cuda_fused=True,
+    allow="f",
+    inplace=False,
+    method=False,
+    dunders=(),
+    **pointwise_rule(
+        lambda grad, x, approximate="none": _gelu_derivative(x, approximate),
+        lambda grad, x, approximate="none": grad * _gelu_second_derivative(x, approximate),
+    ),
+)
 op(
     "gelu",
     "input, approximate='none'",
     kernel=_gelu,
+    cuda="(T)0.5 * a * ((T)1 + erf(a / (T)1.4142135623730951))",
+    cuda_fused=True,  # CuPy: erf and four arithmetic kernels
     shape=_pw_shape("gelu"),
     dtype=functools.partial(M.float_only, op="gelu"),
     allow="f",
-    **pointwise_rule(_gelu_derivative),
+    vjp=lambda ctx, grad: _GELU_BACKWARD.fn(grad, ctx.inputs[0], ctx.params["approximate"]),
+    jvp=lambda ctx, t: _GELU_BACKWARD.fn(t, ctx.inputs[0], ctx.params["approximate"]),
 )
 unary(
     "silu",
