@@ -63,6 +63,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -1603,10 +1604,12 @@ py::object threshold_backward(py::object go, py::object xo, double threshold) {
 using CuLaunchKernel = int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                                unsigned, unsigned, void *, void **, void **);
 using CuGetErrorName = int (*)(int, const char **);
+using CuCtxGetDevice = int (*)(int *);
 
 struct Driver {
     CuLaunchKernel launch = nullptr;
     CuGetErrorName error_name = nullptr;
+    CuCtxGetDevice ctx_device = nullptr;  // the current context's device (CuPy's current one)
     bool tried = false;
 };
 
@@ -1620,6 +1623,7 @@ Driver &driver() {
         if (lib) {
             d.launch = reinterpret_cast<CuLaunchKernel>(dlsym(lib, "cuLaunchKernel"));
             d.error_name = reinterpret_cast<CuGetErrorName>(dlsym(lib, "cuGetErrorName"));
+            d.ctx_device = reinterpret_cast<CuCtxGetDevice>(dlsym(lib, "cuCtxGetDevice"));
         }
 #endif
     }

@@ -16,10 +16,35 @@ struct PointwiseHooks {
     PyObject *cache = nullptr;      // (expr, char, arity, device) -> the functions' table
     PyObject *flags = nullptr, *c_contiguous = nullptr, *shape = nullptr, *dtype = nullptr,
              *data = nullptr, *ptr = nullptr, *device = nullptr, *id = nullptr,
-             *vec = nullptr;
+             *vec = nullptr, *c_contiguous_flag = nullptr;
     bool ready = false;
+    // CuPy keeps an array's contiguity in a readonly attribute (``_c_contiguous``); reading
+    // it makes no ``flags`` object. False once an array lacked it (another CuPy version).
+    bool has_flag = true;
 };
 PointwiseHooks W;
+
+// The launch handles of one (expr, dtype, arity, device), read once from _functions' table.
+struct PointwiseKernels {
+    long long vec = 0;
+    uintptr_t fn[2][5] = {};  // [vectorised][mode]
+};
+struct KernelKey {
+    PyObject *expr;  // held (the op table's string: one object per row)
+    char code;
+    int arity;
+    long device;
+    bool operator==(const KernelKey &o) const {
+        return expr == o.expr && code == o.code && arity == o.arity && device == o.device;
+    }
+};
+struct KernelKeyHash {
+    size_t operator()(const KernelKey &k) const {
+        return std::hash<const void *>()(k.expr) ^ (static_cast<size_t>(k.code) << 1) ^
+               (static_cast<size_t>(k.arity) << 9) ^ (static_cast<size_t>(k.device) << 11);
+    }
+};
+std::unordered_map<KernelKey, PointwiseKernels, KernelKeyHash> g_pw_kernels;
 
 void init_cuda_pointwise(py::object ndarray, py::object functions, py::object stream) {
     if (!PyType_Check(ndarray.ptr()) || !PyCallable_Check(functions.ptr()) ||
@@ -29,9 +54,9 @@ void init_cuda_pointwise(py::object ndarray, py::object functions, py::object st
     if (W.ready) throw py::value_error("tensorplay._C.init_cuda_pointwise() was already called");
     PointwiseHooks n;
     const char *names[] = {"flags", "c_contiguous", "shape", "dtype", "data",
-                           "ptr",   "device",       "id",    "vec"};
+                           "ptr",   "device",       "id",    "vec",   "_c_contiguous"};
     PyObject **slots[] = {&n.flags, &n.c_contiguous, &n.shape, &n.dtype, &n.data,
-                          &n.ptr,   &n.device,       &n.id,    &n.vec};
+                          &n.ptr,   &n.device,       &n.id,    &n.vec,  &n.c_contiguous_flag};
     for (size_t i = 0; i < sizeof(names) / sizeof(*names); ++i)
         if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) throw py::error_already_set();
     if (!(n.cache = PyDict_New())) throw py::error_already_set();
@@ -88,7 +113,15 @@ int read_operand(PyObject *a, Operand *op) {
         size *= d;
     }
     op->size = size;
-    PyObject *c = attr2(a, W.flags, W.c_contiguous);
+    PyObject *c = nullptr;
+    if (W.has_flag) {
+        c = PyObject_GetAttr(a, W.c_contiguous_flag);
+        if (!c && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            W.has_flag = false;
+        }
+    }
+    if (!c && !PyErr_Occurred()) c = attr2(a, W.flags, W.c_contiguous);
     if (!c) return -1;
     op->contiguous = c == Py_True;
     Py_DECREF(c);
@@ -129,22 +162,7 @@ void magic_of(long long d, uint32_t *magic, uint32_t *shift) {
     *shift = s;
 }
 
-// The table of compiled functions for (expr, char, arity, device): borrowed from the cache.
-PyObject *functions_for(PyObject *expr, char code, int arity, long device) {
-    PyObject *key = Py_BuildValue("(OCil)", expr, code, arity, device);
-    if (!key) return nullptr;
-    PyObject *fns = PyDict_GetItemWithError(W.cache, key);
-    if (!fns && !PyErr_Occurred()) {
-        fns = PyObject_CallFunction(W.functions, "OCil", expr, code, arity, device);
-        if (fns && PyDict_SetItem(W.cache, key, fns) < 0) Py_CLEAR(fns);
-        Py_XDECREF(fns);  // (the cache holds it)
-        fns = fns ? PyDict_GetItemWithError(W.cache, key) : nullptr;
-    }
-    Py_DECREF(key);
-    return fns;
-}
-
-// The CUfunction of (V, mode) in ``fns``; 0 with an exception set.
+// The CUfunction handle of attribute ``ptr`` of ``fns[(v, mode)]``; 0 with an exception set.
 uintptr_t function_ptr(PyObject *fns, int v, int mode) {
     PyObject *key = Py_BuildValue("(ii)", v, mode);
     if (!key) return 0;
@@ -159,6 +177,38 @@ uintptr_t function_ptr(PyObject *fns, int v, int mode) {
     uintptr_t r = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(p));
     Py_DECREF(p);
     return PyErr_Occurred() ? 0 : r;
+}
+
+// The kernels of (expr, code, arity, device): compiled by _cuda_pointwise._functions on first
+// use, their handles kept here (the CuPy modules stay alive in that function's own cache);
+// nullptr with an exception set.
+const PointwiseKernels *kernels_for(PyObject *expr, char code, int arity, long device) {
+    KernelKey key{expr, code, arity, device};
+    auto it = g_pw_kernels.find(key);
+    if (it != g_pw_kernels.end()) return &it->second;
+    PyObject *fns = PyObject_CallFunction(W.functions, "OCil", expr, code, arity, device);
+    if (!fns) return nullptr;
+    PointwiseKernels k;
+    PyObject *vec = PyDict_Check(fns) ? PyDict_GetItemWithError(fns, W.vec) : nullptr;
+    k.vec = vec ? PyLong_AsLongLong(vec) : 0;
+    if (k.vec < 1) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "cuda_pointwise: no 'vec' entry");
+        Py_DECREF(fns);
+        return nullptr;
+    }
+    for (int w = 0; w < 2; ++w) {
+        const int v = w ? static_cast<int>(k.vec) : 1;
+        for (int mode = 0; mode < (arity == 1 ? 1 : 5); ++mode) {
+            k.fn[w][mode] = function_ptr(fns, v, mode);
+            if (!k.fn[w][mode]) {
+                Py_DECREF(fns);
+                return nullptr;
+            }
+        }
+    }
+    Py_DECREF(fns);
+    Py_INCREF(expr);  // the key's string lives as long as the entry
+    return &g_pw_kernels.emplace(key, k).first->second;
 }
 
 constexpr long long kPwThreads = 256, kPwMaxBlocks = 1 << 20, kPwAlign = 16;
@@ -232,26 +282,38 @@ PyObject *cuda_pointwise(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     PyObject *out = PyObject_CallFunctionObjArgs(W.ndarray, out_shape,
                                                  reinterpret_cast<PyObject *>(t.descr), nullptr);
     if (!out) return nullptr;
-    Operand z;
-    PyObject *dev = read_operand(out, &z) < 0 ? nullptr : attr2(out, W.device, W.id);
-    const long device = dev ? PyLong_AsLong(dev) : -1;
-    Py_XDECREF(dev);
-    PyObject *fns = PyErr_Occurred() ? nullptr
-                                     : functions_for(expr, code, static_cast<int>(arity), device);
-    PyObject *vec_obj = fns ? PyDict_GetItemWithError(fns, W.vec) : nullptr;
-    const long long vec = vec_obj ? PyLong_AsLongLong(vec_obj) : 0;
-    if (vec < 1) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_KeyError, "cuda_pointwise: no 'vec' entry");
+    // the result's address, and its device (the current one: the context's, read from the
+    // driver; from the array where the driver call is missing)
+    PyObject *zp = attr2(out, W.data, W.ptr);
+    const uintptr_t z_ptr = zp ? static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(zp)) : 0;
+    Py_XDECREF(zp);
+    long device = -1;
+    Driver &drv = driver();
+    if (!PyErr_Occurred()) {
+        int ordinal = -1;
+        if (drv.ctx_device && drv.ctx_device(&ordinal) == 0) {
+            device = ordinal;
+        } else {
+            PyObject *dev = attr2(out, W.device, W.id);
+            device = dev ? PyLong_AsLong(dev) : -1;
+            Py_XDECREF(dev);
+        }
+    }
+    const PointwiseKernels *kern =
+        PyErr_Occurred() ? nullptr : kernels_for(expr, code, static_cast<int>(arity), device);
+    if (!kern) {
         Py_DECREF(out);
         return nullptr;
     }
+    const long long vec = kern->vec;
     const uintptr_t xp = a_arr ? x.ptr : y.ptr, yp = b_arr ? y.ptr : xp;
-    bool aligned = z.ptr % kPwAlign == 0 && xp % kPwAlign == 0 && yp % kPwAlign == 0;
-    const long long v = (m % vec == 0 && aligned) ? vec : 1;
+    bool aligned = z_ptr % kPwAlign == 0 && xp % kPwAlign == 0 && yp % kPwAlign == 0;
+    const bool wide = m % vec == 0 && aligned;
+    const long long v = wide ? vec : 1;
     long long grid = (n + v * kPwThreads - 1) / (v * kPwThreads);
     grid = grid < 1 ? 1 : grid > kPwMaxBlocks ? kPwMaxBlocks : grid;
-    uintptr_t fn = function_ptr(fns, static_cast<int>(v), arity == 1 ? 0 : mode);
-    PyObject *stream = fn ? PyObject_CallNoArgs(W.stream) : nullptr;
+    uintptr_t fn = kern->fn[wide ? 1 : 0][arity == 1 ? 0 : mode];
+    PyObject *stream = PyObject_CallNoArgs(W.stream);
     PyObject *sp = stream ? PyObject_GetAttr(stream, W.ptr) : nullptr;
     Py_XDECREF(stream);
     uintptr_t stream_ptr = sp ? static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(sp)) : 0;
@@ -265,7 +327,7 @@ PyObject *cuda_pointwise(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     int k = 0;
     if (arity == 1) {
         vals[0].p = reinterpret_cast<void *>(xp);
-        vals[1].p = reinterpret_cast<void *>(z.ptr);
+        vals[1].p = reinterpret_cast<void *>(z_ptr);
         vals[2].q = n;
         k = 3;
     } else {
@@ -282,7 +344,7 @@ PyObject *cuda_pointwise(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
             if (scalar) PyArray_ScalarAsCtype(scalar, &d);
             vals[2].d = d;
         }
-        vals[3].p = reinterpret_cast<void *>(z.ptr);
+        vals[3].p = reinterpret_cast<void *>(z_ptr);
         vals[4].q = n;
         vals[5].q = m;
         vals[6].I = magic;
@@ -290,7 +352,6 @@ PyObject *cuda_pointwise(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         k = 8;
     }
     for (int i = 0; i < k; ++i) params[i] = &vals[i];
-    Driver &drv = driver();
     int r = drv.launch ? drv.launch(reinterpret_cast<void *>(fn), static_cast<unsigned>(grid), 1,
                                     1, kPwThreads, 1, 1, 0, reinterpret_cast<void *>(stream_ptr),
                                     params, nullptr)
