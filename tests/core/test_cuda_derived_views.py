@@ -71,3 +71,49 @@ def test_cuda_views_match_the_general_construction(name):
     if name not in ("expand (stride 0)", "transpose then reshape"):
         v.fill_(-1.0)  # writes through the view reach the source
         assert (x.cpu().numpy() == -1).sum() == v.numel()
+
+
+class _Arr:
+    """Stands in for a CuPy array in the native branch's test: reshape and transpose, and
+    not a numpy array (the branch takes any such array of a CUDA storage)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def reshape(self, shape):
+        return _Arr(self.a.reshape(shape))
+
+    def transpose(self, perm):
+        return _Arr(self.a.transpose(perm))
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_the_native_branch_is_the_twin(name):
+    """``_C.make_view`` on a CUDA tensor (here a stand-in: a CUDA storage over a numpy
+    array behind ``_Arr``) makes the views ``_derived_cuda_view`` makes, with the same
+    geometry and base, and declines the others."""
+    from tensorplay._native import NATIVE
+    from tensorplay._storage import CudaStorage
+    from tensorplay._tensor import Tensor, _new
+
+    if NATIVE is None:
+        pytest.skip("tensorplay._C is not loaded (TENSORPLAY_PURE_PYTHON=1 or not built)")
+    x = tp.arange(24.0).reshape(2, 3, 4)
+    v = VIEWS[name](x)
+    src = v._base if v._base is not None else x
+    cuda = tp.device("cuda")
+    storage = CudaStorage(object(), src._storage._nbytes, cuda)
+    fake = _new(
+        Tensor, _Arr(src._data), storage, src._offset, src._shape, src._stride, src.dtype, cuda
+    )
+    got = NATIVE.make_view(fake, v._shape, strides_of(v), v._offset)
+    want = _derived_cuda_view(src, v._shape, strides_of(v), v._offset)
+    if want is None:
+        assert got is None
+        return
+    assert type(got) is Tensor and type(got._data) is _Arr
+    assert got._data.a.shape == want.shape and got._data.a.strides == want.strides
+    assert got._data.a.__array_interface__["data"][0] == want.__array_interface__["data"][0]
+    assert (got._shape, got._stride, got._offset) == (v._shape, strides_of(v), v._offset)
+    assert got._storage is storage and got.device is cuda and got.dtype is src.dtype
+    assert got._base is fake

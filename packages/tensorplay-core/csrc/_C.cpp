@@ -14,7 +14,8 @@
 //                   decisions of execute() kept per key (row, input types, dtypes, devices,
 //                   shapes, parameters), the kernel run and its result wrapped here
 //                   (csrc/plain_call.h).
-//   make_view       a strided view of a CPU tensor (twin: _tensor.make_view's CPU branch).
+//   make_view       a strided view of a CPU tensor, or a reshape/permutation of a CUDA one
+//                   (twin: _tensor.make_view).
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
 //   any_requires_grad  the scan autograd runs over every general-path call's inputs.
 //   input_edges     the pass every recording makes over a new backward node's inputs.
@@ -347,20 +348,135 @@ inline int requires_grad(PyObject *t) {
     return r;
 }
 
-// ---- make_view: a strided view of a CPU tensor ---------------------------------------------
+// ---- make_view: a strided view of a CPU tensor (and the common CUDA views) -----------------
 //
 // Twin: tensorplay._tensor.make_view (its CPU branch): the numpy array over the source's
 // storage at the view's offset and strides, and the Tensor around it sharing the storage
 // (and so the version counter), with _base the source's base or the source. numpy's
 // ndarray(shape, dtype, buffer, offset, strides) constructor costs most of a view's host
 // time; here the array is made from the buffer's address directly, after the bounds check
-// that constructor makes. Anything else (CUDA, meta, a subclass, lists for the geometry, a
-// negative stride, a view past the buffer) returns None and Python makes it (or raises).
+// that constructor makes. On CUDA, cuda_view below. Anything else (meta, a subclass, lists
+// for the geometry, a negative stride, a view past the buffer) returns None and Python makes
+// it (or raises).
 
 struct ViewNames {
-    PyObject *offset = nullptr, *stride = nullptr, *base = nullptr;
+    PyObject *offset = nullptr, *stride = nullptr, *base = nullptr, *reshape = nullptr,
+             *transpose = nullptr;
 };
 ViewNames V;
+
+// The view Tensor around ``arr`` (stolen): src's storage, dtype and device, the view's
+// geometry, and _base (src's base, or src). A new reference, or NULL.
+PyObject *wrap_view(PyObject *src, PyObject *arr, PyObject *shape, PyObject *stride,
+                    PyObject *off, bool offset) {
+    PyObject *t = L.tensor->tp_alloc(L.tensor, 0);
+    if (!t) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    slot(t, L.t_data) = arr;
+    slot(t, L.t_storage) = Py_NewRef(slot(src, L.t_storage));
+    slot(t, L.t_shape) = Py_NewRef(shape);
+    slot(t, L.t_dtype) = Py_NewRef(slot(src, L.t_dtype));
+    slot(t, L.t_device) = Py_NewRef(slot(src, L.t_device));
+    PyObject *src_base = PyObject_GetAttr(src, V.base);
+    int rc = src_base ? 0 : -1;
+    if (rc == 0 && offset) rc = PyObject_SetAttr(t, V.offset, off);
+    if (rc == 0) rc = PyObject_SetAttr(t, V.stride, stride);
+    if (rc == 0) rc = PyObject_SetAttr(t, V.base, src_base == Py_None ? src : src_base);
+    Py_XDECREF(src_base);
+    if (rc < 0) {
+        Py_DECREF(t);
+        return nullptr;
+    }
+    return t;
+}
+
+// ``shape``'s C-contiguous strides in elements, as _tensor.contiguous_strides (a dim of
+// size 1 takes the stride of the dims after it).
+void contiguous_of(const Py_ssize_t *shape, Py_ssize_t nd, Py_ssize_t *out) {
+    Py_ssize_t acc = 1;
+    for (Py_ssize_t i = nd - 1; i >= 0; --i) {
+        out[i] = acc;
+        if (shape[i] > 1) acc *= shape[i];
+    }
+}
+
+// A tuple of ints into ``out`` (at most ``cap``); false (no exception) where it is not one.
+bool read_ints(PyObject *tuple, Py_ssize_t *out, Py_ssize_t cap) {
+    if (!PyTuple_CheckExact(tuple) || PyTuple_GET_SIZE(tuple) > cap) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) {
+        out[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, i));
+        if (out[i] == -1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return false;
+        }
+    }
+    return true;
+}
+
+// The CUDA branch (twin: _tensor._derived_cuda_view): a reshape of contiguous ``src`` or a
+// permutation of its dims at its own offset is CuPy's reshape/transpose of src's array (a
+// C call, where a new cupy.ndarray over a pointer costs several times more host time);
+// anything else returns None and Python makes the view.
+PyObject *cuda_view(PyObject *src, PyObject *shape, PyObject *stride, PyObject *off) {
+    PyObject *storage = slot(src, L.t_storage), *data = slot(src, L.t_data);
+    // a CudaStorage (the one Storage subclass) holding a CuPy array; not meta, not numpy
+    if (!storage || Py_TYPE(storage) == L.storage || !data || data == Py_None ||
+        PyArray_Check(data))
+        Py_RETURN_NONE;
+    constexpr Py_ssize_t kMax = 8;
+    const Py_ssize_t nd = PyTuple_GET_SIZE(shape);
+    Py_ssize_t dims[kMax], strides[kMax], cs[kMax], sdims[kMax], sstrides[kMax];
+    if (nd > kMax || PyTuple_GET_SIZE(stride) != nd || !read_ints(shape, dims, kMax) ||
+        !read_ints(stride, strides, kMax))
+        Py_RETURN_NONE;
+    PyObject *src_off = PyObject_GetAttr(src, V.offset);
+    if (!src_off) return nullptr;
+    const int same_offset = PyObject_RichCompareBool(src_off, off, Py_EQ);
+    Py_DECREF(src_off);
+    if (same_offset < 0) return nullptr;
+    if (!same_offset) Py_RETURN_NONE;
+    PyObject *src_stride = PyObject_GetAttr(src, V.stride);
+    if (!src_stride) return nullptr;
+    const bool src_contiguous = src_stride == Py_None;
+    PyObject *src_shape = slot(src, L.t_shape);
+    const Py_ssize_t snd = PyTuple_GET_SIZE(src_shape);
+    bool ok = read_ints(src_shape, sdims, kMax) &&
+              (src_contiguous || read_ints(src_stride, sstrides, kMax));
+    Py_DECREF(src_stride);
+    if (!ok) Py_RETURN_NONE;
+    PyObject *arr = nullptr;
+    contiguous_of(dims, nd, cs);
+    if (src_contiguous && std::equal(strides, strides + nd, cs)) {
+        arr = PyObject_CallMethodOneArg(data, V.reshape, shape);
+    } else {
+        if (snd != nd) Py_RETURN_NONE;
+        if (src_contiguous) contiguous_of(sdims, snd, sstrides);
+        bool used[kMax] = {};
+        PyObject *perm = PyTuple_New(nd);
+        if (!perm) return nullptr;
+        for (Py_ssize_t i = 0; i < nd; ++i) {
+            Py_ssize_t j = 0;  // the first unused dim of src with this size and stride
+            while (j < nd && (used[j] || sdims[j] != dims[i] || sstrides[j] != strides[i])) ++j;
+            if (j == nd) {
+                Py_DECREF(perm);
+                Py_RETURN_NONE;
+            }
+            used[j] = true;
+            PyTuple_SET_ITEM(perm, i, PyLong_FromSsize_t(j));
+        }
+        arr = PyObject_CallMethodOneArg(data, V.transpose, perm);
+        Py_DECREF(perm);
+    }
+    if (!arr) return nullptr;
+    const Py_ssize_t offset = PyLong_AsSsize_t(off);
+    if (offset == -1 && PyErr_Occurred()) {
+        Py_DECREF(arr);
+        return nullptr;
+    }
+    return wrap_view(src, arr, shape, stride, off, offset != 0);
+}
 
 PyObject *make_view(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) {
@@ -369,9 +485,9 @@ PyObject *make_view(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     }
     PyObject *src = args[0], *shape = args[1], *stride = args[2], *off = args[3];
     if (!L.ready || Py_TYPE(src) != L.tensor || !PyTuple_CheckExact(shape) ||
-        !PyTuple_CheckExact(stride) || !PyLong_CheckExact(off) ||
-        slot(src, L.t_device) != L.cpu)
+        !PyTuple_CheckExact(stride) || !PyLong_CheckExact(off))
         Py_RETURN_NONE;
+    if (slot(src, L.t_device) != L.cpu) return cuda_view(src, shape, stride, off);
     PyObject *data = slot(src, L.t_data), *storage = slot(src, L.t_storage);
     PyObject *buf = storage ? slot(storage, L.s_buf) : nullptr;
     if (!data || !PyArray_CheckExact(data) || !buf || !PyArray_Check(buf)) Py_RETURN_NONE;
@@ -421,33 +537,14 @@ PyObject *make_view(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         Py_DECREF(arr);
         return nullptr;
     }
-    PyObject *t = L.tensor->tp_alloc(L.tensor, 0);
-    if (!t) {
-        Py_DECREF(arr);
-        return nullptr;
-    }
-    slot(t, L.t_data) = arr;
-    slot(t, L.t_storage) = Py_NewRef(storage);
-    slot(t, L.t_shape) = Py_NewRef(shape);
-    slot(t, L.t_dtype) = Py_NewRef(slot(src, L.t_dtype));
-    slot(t, L.t_device) = Py_NewRef(slot(src, L.t_device));
-    PyObject *src_base = PyObject_GetAttr(src, V.base);
-    int rc = src_base ? 0 : -1;
-    if (rc == 0 && offset) rc = PyObject_SetAttr(t, V.offset, off);
-    if (rc == 0) rc = PyObject_SetAttr(t, V.stride, stride);
-    if (rc == 0) rc = PyObject_SetAttr(t, V.base, src_base == Py_None ? src : src_base);
-    Py_XDECREF(src_base);
-    if (rc < 0) {
-        Py_DECREF(t);
-        return nullptr;
-    }
-    return t;
+    return wrap_view(src, arr, shape, stride, off, offset != 0);
 }
 
 PyMethodDef make_view_defs[] = {
     {"make_view", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(make_view)),
      METH_FASTCALL,
-     "make_view(src, shape, stride, offset): a view of a CPU tensor, or None where Python "
+     "make_view(src, shape, stride, offset): a view of a CPU tensor (a reshape or permutation "
+     "of a CUDA one), or None where Python "
      "makes it (twin: tensorplay._tensor.make_view)"},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -1718,6 +1815,8 @@ PYBIND11_MODULE(_C, m) {
     V.offset = PyUnicode_InternFromString("_offset");
     V.stride = PyUnicode_InternFromString("_stride");
     V.base = PyUnicode_InternFromString("_base");
+    V.reshape = PyUnicode_InternFromString("reshape");
+    V.transpose = PyUnicode_InternFromString("transpose");
     if (!V.offset || !V.stride || !V.base) throw py::error_already_set();
     m.def("init_plain", &init_plain, py::arg("fallback"), py::arg("plan"), py::arg("wrap"),
           py::arg("record"), py::arg("row_type"), py::arg("dtype_type"), py::arg("quiet"),
