@@ -16,8 +16,9 @@ native                        Python twin
                               numpy allocates 64-byte aligned memory inside a CPU kernel,
                               so a result only the kernel holds becomes the storage where
                               the twin copies it)
-``make_view``                 ``_tensor.make_view``'s CPU branch (the numpy array of a
-                              view made from the buffer's address, not numpy's constructor)
+``make_view``                 ``_tensor.make_view`` (on CPU the numpy array of a view
+                              made from the buffer's address, not numpy's constructor; on
+                              CUDA a reshape or permutation, ``_derived_cuda_view``)
 ``watch_gate``                ``_dispatch.state.plain`` (the gate; C reads its slot)
 ``any_requires_grad``         ``any_requires_grad`` below
 ``input_edges``               ``tensorplay.autograd.graph.input_edges`` (the pass every
