@@ -14,6 +14,8 @@
 //                   decisions of execute() kept per key (row, input types, dtypes, devices,
 //                   shapes, parameters), the kernel run and its result wrapped here
 //                   (csrc/plain_call.h).
+//   adopt_cuda      a CuPy result as a Tensor over a CudaStorage (twin: adopt_array's CUDA
+//                   branch); plain_call adopts CUDA results with it.
 //   make_view       a strided view of a CPU tensor, or a reshape/permutation of a CUDA one
 //                   (twin: _tensor.make_view).
 //   watch_gate      the fast path reads _dispatch.state.plain (the gate) through its slot.
@@ -1822,6 +1824,8 @@ PYBIND11_MODULE(_C, m) {
           py::arg("record"), py::arg("row_type"), py::arg("dtype_type"), py::arg("quiet"),
           "Learn _dispatch's general path, planner, wrap and autograd record (called once by "
           "tensorplay._dispatch)");
+    m.def("init_cuda_adopt", &init_cuda_adopt, py::arg("ndarray"), py::arg("storage"),
+          "Learn cupy.ndarray and CudaStorage for adopt_cuda (called once CuPy loads)");
     m.def("plain_forget", &plain_forget, "Forget every plain-call plan (a row's kernels changed)");
     m.def("init", &init, py::arg("tensor"), py::arg("storage"), py::arg("cpu"),
           py::arg("aligned_u8"),

@@ -227,6 +227,91 @@ PyObject *adopt_cpu(PyObject *r, PyArray_Descr *descr, PyObject *odt) {
     return t;
 }
 
+// ---- adopt_cuda: a CUDA kernel's result as a Tensor (twin: _tensor.adopt_array's CUDA branch)
+//
+// A C-contiguous CuPy array of the result's dtype becomes the Tensor's array, over a
+// CudaStorage of its memory pointer, both built here (the Python twin is three frames and a
+// CudaStorage.__init__ per op result). The classes are registered once CuPy loads
+// (init_cuda_adopt, from tensorplay._native); anything else is left to Python.
+
+struct CudaAdopt {
+    PyTypeObject *ndarray = nullptr;  // cupy.ndarray
+    PyTypeObject *storage = nullptr;  // tensorplay._storage.CudaStorage
+    Py_ssize_t mem = 0;               // CudaStorage._mem's slot
+    PyObject *c_contiguous = nullptr, *dtype = nullptr, *np = nullptr, *data = nullptr,
+             *shape = nullptr, *nbytes = nullptr;
+    bool ready = false;
+};
+CudaAdopt CA;
+
+void init_cuda_adopt(py::object ndarray, py::object storage) {
+    if (!PyType_Check(ndarray.ptr()) || !PyType_Check(storage.ptr()))
+        throw py::type_error("tensorplay._C.init_cuda_adopt(ndarray, storage): two classes");
+    auto *st = reinterpret_cast<PyTypeObject *>(storage.ptr());
+    if (!L.ready || !PyType_IsSubtype(st, L.storage))
+        throw py::type_error("tensorplay._C.init_cuda_adopt: storage must subclass Storage "
+                             "(after tensorplay._C.init)");
+    CudaAdopt n;
+    n.mem = slot_offset(st, "_mem");
+    const char *names[] = {"_c_contiguous", "dtype", "np", "data", "shape", "nbytes"};
+    PyObject **slots[] = {&n.c_contiguous, &n.dtype, &n.np, &n.data, &n.shape, &n.nbytes};
+    for (size_t i = 0; i < sizeof(names) / sizeof(*names); ++i)
+        if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) throw py::error_already_set();
+    // a test may register a stand-in and then the real classes: the newest wins; the old
+    // classes stay referenced (tensors built with them may live on)
+    n.ndarray = reinterpret_cast<PyTypeObject *>(ndarray.release().ptr());
+    n.storage = reinterpret_cast<PyTypeObject *>(storage.release().ptr());
+    n.ready = true;
+    CA = n;
+}
+
+// The Tensor of CuPy result ``r`` (a new reference); nullptr without an exception where
+// Python must adopt it (not a registered array, not C-contiguous, another dtype).
+PyObject *adopt_cuda(PyObject *r, PyObject *odt, PyObject *dev) {
+    if (!CA.ready || Py_TYPE(r) != CA.ndarray) return nullptr;
+    PyObject *c = PyObject_GetAttr(r, CA.c_contiguous);
+    if (!c) return nullptr;
+    const bool contiguous = c == Py_True;
+    Py_DECREF(c);
+    if (!contiguous) return nullptr;
+    PyObject *have = PyObject_GetAttr(r, CA.dtype), *want = have ? PyObject_GetAttr(odt, CA.np) : nullptr;
+    int same = have && want ? PyObject_RichCompareBool(have, want, Py_EQ) : -1;
+    Py_XDECREF(have);
+    Py_XDECREF(want);
+    if (same != 1) return nullptr;
+    PyObject *mem = PyObject_GetAttr(r, CA.data), *shape = mem ? PyObject_GetAttr(r, CA.shape) : nullptr;
+    PyObject *nbytes = shape ? PyObject_GetAttr(r, CA.nbytes) : nullptr;
+    PyObject *st = nbytes ? CA.storage->tp_alloc(CA.storage, 0) : nullptr;
+    PyObject *t = st ? L.tensor->tp_alloc(L.tensor, 0) : nullptr;
+    PyObject *zero = t ? PyLong_FromLong(0) : nullptr, *version = zero ? PyLong_FromLong(0) : nullptr;
+    if (!version || !PyTuple_Check(shape)) {
+        for (PyObject *o : {mem, shape, nbytes, st, t, zero, version}) Py_XDECREF(o);
+        return nullptr;  // (an exception, if any, stays set: the caller checks)
+    }
+    slot(st, CA.mem) = mem;
+    slot(st, L.s_start) = zero;
+    slot(st, L.s_nbytes) = nbytes;
+    slot(st, L.s_device) = Py_NewRef(dev);
+    slot(st, L.s_version) = version;
+    slot(t, L.t_data) = Py_NewRef(r);
+    slot(t, L.t_storage) = st;
+    slot(t, L.t_shape) = shape;
+    slot(t, L.t_dtype) = Py_NewRef(odt);
+    slot(t, L.t_device) = Py_NewRef(dev);
+    return t;
+}
+
+// _C.adopt_cuda(r, odt, dev): the Tensor, or None where Python must adopt ``r``.
+PyObject *adopt_cuda_py(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "adopt_cuda(array, dtype, device)");
+        return nullptr;
+    }
+    PyObject *t = adopt_cuda(args[0], args[1], args[2]);
+    if (t || PyErr_Occurred()) return t;
+    Py_RETURN_NONE;
+}
+
 // The plan's result (a new reference), NOT_FAST when the kernel raised an Exception (the
 // general path then raises it its own way), or NULL with an exception set.
 PyObject *replay(PyObject *plan, PyObject *row, PyObject *targs, PyObject *params) {
@@ -291,7 +376,7 @@ done:
         PyArray_EquivTypes(PyArray_DESCR(reinterpret_cast<PyArrayObject *>(r)),
                            reinterpret_cast<PyArray_Descr *>(descr))) {
         t = adopt_cpu(r, reinterpret_cast<PyArray_Descr *>(descr), odt);
-    } else {
+    } else if (!(t = adopt_cuda(r, odt, dev)) && !PyErr_Occurred()) {
         t = PyObject_CallFunctionObjArgs(P.wrap, row, r, odt, dev, nullptr);
     }
     Py_DECREF(r);
@@ -346,5 +431,9 @@ PyMethodDef plain_call_defs[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "plain_call(row, targs, params, out=None, inplace=None): _dispatch.call, with the "
      "decisions of a plain call kept per key (twin: tensorplay._dispatch.call)"},
+    {"adopt_cuda", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(adopt_cuda_py)),
+     METH_FASTCALL,
+     "adopt_cuda(array, dtype, device): the Tensor of a C-contiguous CuPy result of dtype's "
+     "numpy dtype, or None where Python adopts it (twin: tensorplay._tensor.adopt_array)"},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -257,7 +257,7 @@ def matmul(a, b):
             sb = 0 if b.shape[0] == 1 else b.strides[0] // item
     if la is None or lb is None:
         return None
-    out = cp.empty(shape, dtype=dt)
+    out = cp.ndarray(shape, dtype=dt)
     dev = out.data.device_id
     entry = _handles.get((_get_ident(), dev))
     if entry is None:

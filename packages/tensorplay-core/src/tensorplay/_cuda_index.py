@@ -136,7 +136,7 @@ def gather(a, d: int, idx):
     if idx.size:
         _, k, inner = split
         sizes = (k, inner, a.shape[d])
-        _run(f"tp_gather<{t}, {j}>", idx.size, (a, idx, out), sizes, a.device.id, "gather", d)
+        _run(f"tp_gather<{t}, {j}>", idx.size, (a, idx, out), sizes, a.data.device_id, "gather", d)
     return out
 
 
@@ -153,7 +153,15 @@ def index_select(a, d: int, idx):
     if total:
         _, _, inner = _meta.split_along(a.shape, a.shape, d)
         kernel = f"tp_index_select<{t}, {j}>"
-        _run(kernel, total, (a, idx, out), (n, inner, a.shape[d]), a.device.id, "index_select", d)
+        _run(
+            kernel,
+            total,
+            (a, idx, out),
+            (n, inner, a.shape[d]),
+            a.data.device_id,
+            "index_select",
+            d,
+        )
     return out
 
 
@@ -172,5 +180,5 @@ def scatter(out, d: int, idx, src, add: bool) -> bool:
         _, k, inner = split
         kernel = f"tp_scatter{'_add' if add else ''}<{t}, {j}>"
         sizes = (k, inner, out.shape[d])
-        _run(kernel, idx.size, (out, idx, src), sizes, out.device.id, "scatter", d)
+        _run(kernel, idx.size, (out, idx, src), sizes, out.data.device_id, "scatter", d)
     return True

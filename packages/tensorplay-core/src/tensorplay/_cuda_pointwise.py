@@ -233,7 +233,7 @@ def run(expr: str, arrays: tuple, out=None, min_elements: int | None = None):
     n = out.size
     if n == 0:
         return out
-    fns = _functions(expr, dtype.char, len(arrays), out.device.id)
+    fns = _functions(expr, dtype.char, len(arrays), out.data.device_id)
     vec = fns["vec"]
     m = n if mode in (0, 3, 4) else min(t.size for t in tensors)  # the repeating block
     ptrs = [t.data.ptr for t in tensors]

@@ -331,12 +331,12 @@ def sum(a, axes, keepdims: bool, mean: bool = False):  # noqa: A001 - the op's n
         return None
     cols = a.size // rows
     cp = _device.cupy_or_raise()
-    out = cp.empty(reduced_shape(a.shape, axes, keepdims), a.dtype)
-    fns = _functions(a.dtype.char, out.device.id)
+    out = cp.ndarray(reduced_shape(a.shape, axes, keepdims), a.dtype)
+    fns = _functions(a.dtype.char, out.data.device_id)
     count = (a.size // rows if kind != "cols" else rows) if mean else 0
     if kind == "whole":
         grid = min(-(-a.size // (256 * 8)), _PARTIALS)
-        partial = cp.empty(grid, a.dtype)
+        partial = cp.ndarray((grid,), a.dtype)
         launch(fns["partial"], grid, 256, "ppq", (a.data.ptr, partial.data.ptr, a.size))
         launch(
             fns["rows"],
@@ -369,8 +369,8 @@ def var(a, axes, keepdims: bool, correction) -> object:
     if rows == 1 and cols > _WHOLE_MAX:
         return None  # one block would read it all: CuPy's reduction spreads it
     cp = _device.cupy_or_raise()
-    out = cp.empty(reduced_shape(a.shape, axes, keepdims), a.dtype)
-    fn = _functions(a.dtype.char, out.device.id)["var"]
+    out = cp.ndarray(reduced_shape(a.shape, axes, keepdims), a.dtype)
+    fn = _functions(a.dtype.char, out.data.device_id)["var"]
     denom = float(max(cols - correction, 0))
     launch(
         fn,
@@ -414,9 +414,9 @@ def softmax(a, dim: int, log: bool):
     cols = a.shape[-1]
     rows = a.size // cols
     cp = _device.cupy_or_raise()
-    out = cp.empty(a.shape, a.dtype)
+    out = cp.ndarray(a.shape, a.dtype)
     name = "log_softmax" if log else "softmax"
-    fns = _functions(a.dtype.char, out.device.id)
+    fns = _functions(a.dtype.char, out.data.device_id)
     args = (a.data.ptr, out.data.ptr, rows, cols)
     launch(*_rows_launch(fns, name, rows, cols), "ppqq", args)
     return out
@@ -441,8 +441,10 @@ def softmax_backward(g, out, dim: int, log: bool):
     cols = g.shape[-1]
     rows = g.size // cols
     cp = _device.cupy_or_raise()
-    y = cp.empty(g.shape, g.dtype)
+    y = cp.ndarray(g.shape, g.dtype)
     name = "log_softmax_backward" if log else "softmax_backward"
     args = (g.data.ptr, out.data.ptr, y.data.ptr, rows, cols)
-    launch(*_rows_launch(_functions(g.dtype.char, y.device.id), name, rows, cols), "pppqq", args)
+    launch(
+        *_rows_launch(_functions(g.dtype.char, y.data.device_id), name, rows, cols), "pppqq", args
+    )
     return y

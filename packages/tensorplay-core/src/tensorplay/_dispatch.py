@@ -933,7 +933,17 @@ def _cuda_fast(row, arrays: tuple, odt, dev):
     r = _cuda_expr(row, arrays, odt)
     if r is None:
         r = row.kernel(_device.cupy_or_raise(), *arrays)
-    return adopt_array(r if r.dtype == odt.np else r.astype(odt.np), odt, dev)
+    if r.dtype != odt.np:
+        r = r.astype(odt.np)
+    if _adopt_cuda is not None:
+        t = _adopt_cuda(r, odt, dev)
+        if t is not None:
+            return t
+    return adopt_array(r, odt, dev)
+
+
+# tensorplay._C.adopt_cuda: adopt_array's CUDA branch in C (None where it declines)
+_adopt_cuda = getattr(NATIVE, "adopt_cuda", None)
 
 
 @functools.cache

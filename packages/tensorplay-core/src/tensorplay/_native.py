@@ -16,6 +16,9 @@ native                        Python twin
                               numpy allocates 64-byte aligned memory inside a CPU kernel,
                               so a result only the kernel holds becomes the storage where
                               the twin copies it)
+``adopt_cuda``                ``_tensor.adopt_array``'s CUDA branch (a CuPy result, and
+                              the CudaStorage of its memory, as a Tensor; plain calls and
+                              the CUDA pointwise fast path adopt through it)
 ``make_view``                 ``_tensor.make_view`` (on CPU the numpy array of a view
                               made from the buffer's address, not numpy's constructor; on
                               CUDA a reshape or permutation, ``_derived_cuda_view``)
@@ -62,7 +65,7 @@ import warnings
 from tensorplay import _device, _tensor
 from tensorplay._device import CPU
 from tensorplay._dlpack import from_dlpack
-from tensorplay._storage import Storage, _aligned_u8
+from tensorplay._storage import CudaStorage, Storage, _aligned_u8
 from tensorplay._tensor import Tensor
 
 __all__ = ["NATIVE", "REASON", "any_requires_grad"]
@@ -94,6 +97,8 @@ else:
         REASON = "loaded"
         NATIVE.init(Tensor, Storage, CPU, _aligned_u8)
         _tensor.register_native_view(NATIVE.make_view)
+        # plain calls adopt CuPy results in C once CuPy is there (not imported before)
+        _device.on_cupy_loaded(lambda cp: NATIVE.init_cuda_adopt(cp.ndarray, CudaStorage))
 
 
 def _any_requires_grad(items) -> bool:
