@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import optable_samples as S
 
+import tensorplay as tp
+
 make, _s = S.make, S._s
 
 
@@ -153,8 +155,25 @@ def _conv_weight(row, dt, rng):
     yield case("empty_batch", (0, 2, 4, 4), 3, (3, 3), (1, 1), ((0, 0), (0, 0)), (1, 1), 1)
 
 
+def _max_pool_backward(row, dt, rng):
+    """grad_output shaped as the pooling of input, the input, the pooling's geometry."""
+
+    def case(name, xs, *args, layout="contiguous", **kw):
+        x = make(xs, dt, rng, layout)
+        out = tp.max_pool2d(tp.zeros(xs), *args, **kw)  # (the shape, for every dtype)
+        return _s(name, make(tuple(out.shape), dt, rng), x, *args, **kw)
+
+    yield case("basic", (2, 3, 4, 4), 2)
+    yield case("padded_ceil", (1, 2, 5, 6), 3, 2, 1, ceil_mode=True)
+    yield case("dilated", (1, 2, 6, 7), (2, 3), 1, 0, 2)
+    yield case("unbatched", (3, 5, 5), 2, (1, 2))
+    yield case("noncontiguous", (1, 2, 4, 4), 2, layout="stepped")
+    yield case("empty_batch", (0, 2, 4, 4), 2)
+
+
 NAMED: dict = {
     "_conv_weight": _conv_weight,
+    "_max_pool2d_backward": _max_pool_backward,
     "conv1d": _conv1d,
     "conv2d": _conv2d,
     "conv_transpose1d": _conv_transpose1d,
@@ -339,8 +358,21 @@ def _conv_weight_ref(x, gout, kernel_size, stride, pads, dilation, groups):
     return gw
 
 
+def _max_pool_backward_ref(grad, x, *args, **kw):
+    """The gradient added at each window's index (the reference's own indices)."""
+    _, index = _max_pool_ref(x, *args, **kw, return_indices=True)
+    lead, (h, w) = x.shape[:-2], x.shape[-2:]
+    out = np.zeros(lead + (h * w,), dtype=np.result_type(grad, x))
+    k = int(np.prod(grad.shape[-2:]))
+    g, idx = grad.reshape(lead + (k,)), index.reshape(lead + (k,))
+    for at in np.ndindex(*lead):
+        np.add.at(out[at], idx[at], g[at])
+    return out.reshape(x.shape)
+
+
 REF: dict = {
     "_conv_weight": _conv_weight_ref,
+    "_max_pool2d_backward": _max_pool_backward_ref,
     "conv1d": _conv_ref(1),
     "conv2d": _conv_ref(2),
     "conv_transpose1d": _conv_t_ref(1),

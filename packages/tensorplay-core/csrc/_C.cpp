@@ -31,7 +31,8 @@
 //                   convolution; twin: _rows/convolution.py's strided adds).
 //   max_pool2d      2-D max pooling's values and flat argmax indices in one pass (torch's
 //                   loop: the first maximum wins, a NaN replaces anything; twin:
-//                   _rows/convolution.py's _max_pool_arrays).
+//                   _rows/convolution.py's _max_pool_arrays); max_pool2d_backward, its
+//                   input gradient: each window's gradient added at that same pick.
 //   scatter_add     scatter(dim, reduce="add") along one dim of contiguous arrays (twin:
 //                   numpy's add.at, _rows/indexing.py's add_at).
 //   relu, threshold_backward  relu and its backward over float arrays in one pass
@@ -1486,10 +1487,13 @@ py::object col2im(py::object co, npy_intp n, npy_intp c, npy_intp h, npy_intp w,
 
 // ---- max pooling -------------------------------------------------------------------------------
 
-template <typename T>
-void max_pool_loop(const T *x, T *val, int64_t *idx, npy_intp planes, npy_intp h, npy_intp w,
-                   npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw,
-                   npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+// Every window of max pooling in output order: visit(plane, flat argmax in the plane, best).
+// As torch's loop: the first maximum wins a tie, a NaN replaces anything (the last NaN of a
+// window is the one picked), padding never wins.
+template <typename T, typename Visit>
+void max_pool_walk(const T *x, npy_intp planes, npy_intp h, npy_intp w, npy_intp kh,
+                   npy_intp kw, npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw, npy_intp ph,
+                   npy_intp pw, npy_intp oh, npy_intp ow, Visit &&visit) {
     for (npy_intp p = 0; p < planes; ++p) {
         const T *plane = x + p * h * w;
         for (npy_intp oy = 0; oy < oh; ++oy) {
@@ -1510,35 +1514,43 @@ void max_pool_loop(const T *x, T *val, int64_t *idx, npy_intp planes, npy_intp h
                             at = iy * w + ix;
                         }
                     }
-                *val++ = best;
-                *idx++ = at;
+                visit(p, at, best);
             }
         }
     }
 }
 
-py::tuple max_pool2d(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw,
-                     npy_intp dh, npy_intp dw, npy_intp ph, npy_intp pw, npy_intp oh,
-                     npy_intp ow) {
-    PyObject *xp = xo.ptr();
-    if (!PyArray_Check(xp)) throw py::type_error("max_pool2d(x): x must be a numpy array");
+// The checks of max_pool2d and its backward: x a C-contiguous float32/float64 (planes, H, W)
+// array, a valid geometry in which every window holds an input position.
+int check_pool(PyObject *xp, const char *fn, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw,
+               npy_intp dh, npy_intp dw, npy_intp ph, npy_intp pw, npy_intp oh, npy_intp ow) {
+    if (!PyArray_Check(xp))
+        throw py::type_error(std::string(fn) + "(x): x must be a numpy array");
     auto *x = reinterpret_cast<PyArrayObject *>(xp);
     int type = PyArray_TYPE(x);
     if (PyArray_NDIM(x) != 3 || !PyArray_IS_C_CONTIGUOUS(x) ||
         (type != NPY_FLOAT32 && type != NPY_FLOAT64))
-        throw py::value_error("max_pool2d(x): x must be a C-contiguous float32/float64 "
+        throw py::value_error(std::string(fn) + "(x): x must be a C-contiguous float32/float64 "
                               "(planes, H, W) array");
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || dh < 1 || dw < 1 || ph < 0 || pw < 0 ||
         oh < 0 || ow < 0)
-        throw py::value_error("max_pool2d(): kernel, stride and dilation must be >= 1, "
+        throw py::value_error(std::string(fn) + "(): kernel, stride and dilation must be >= 1, "
                               "padding and output sizes >= 0");
-    npy_intp *d = PyArray_DIMS(x);
-    npy_intp planes = d[0], h = d[1], w = d[2];
+    npy_intp h = PyArray_DIM(x, 1), w = PyArray_DIM(x, 2);
     // every window must hold an input position: a padding at most half the kernel (the
     // row checks it as torch does) and output sizes from torch's formula guarantee it
     if (ph > ((kh - 1) * dh + 1) / 2 || pw > ((kw - 1) * dw + 1) / 2 ||
         (oh > 0 && (oh - 1) * sh - ph >= h) || (ow > 0 && (ow - 1) * sw - pw >= w))
-        throw py::value_error("max_pool2d(): a window would lie wholly in the padding");
+        throw py::value_error(std::string(fn) + "(): a window would lie wholly in the padding");
+    return type;
+}
+
+py::tuple max_pool2d(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_intp sw,
+                     npy_intp dh, npy_intp dw, npy_intp ph, npy_intp pw, npy_intp oh,
+                     npy_intp ow) {
+    const int type = check_pool(xo.ptr(), "max_pool2d", kh, kw, sh, sw, dh, dw, ph, pw, oh, ow);
+    auto *x = reinterpret_cast<PyArrayObject *>(xo.ptr());
+    npy_intp planes = PyArray_DIM(x, 0), h = PyArray_DIM(x, 1), w = PyArray_DIM(x, 2);
     npy_intp dims[3] = {planes, oh, ow};
     PyObject *val = PyArray_SimpleNew(3, dims, type);
     if (!val) throw py::error_already_set();
@@ -1547,20 +1559,70 @@ py::tuple max_pool2d(py::object xo, npy_intp kh, npy_intp kw, npy_intp sh, npy_i
         Py_DECREF(val);
         throw py::error_already_set();
     }
-    auto *v = reinterpret_cast<PyArrayObject *>(val);
+    void *v = PyArray_DATA(reinterpret_cast<PyArrayObject *>(val));
     auto *i = static_cast<int64_t *>(PyArray_DATA(reinterpret_cast<PyArrayObject *>(idx)));
     Py_BEGIN_ALLOW_THREADS
-    if (type == NPY_FLOAT32)
-        max_pool_loop(static_cast<const float *>(PyArray_DATA(x)),
-                      static_cast<float *>(PyArray_DATA(v)), i, planes, h, w, kh, kw, sh, sw,
-                      dh, dw, ph, pw, oh, ow);
-    else
-        max_pool_loop(static_cast<const double *>(PyArray_DATA(x)),
-                      static_cast<double *>(PyArray_DATA(v)), i, planes, h, w, kh, kw, sh, sw,
-                      dh, dw, ph, pw, oh, ow);
+    if (type == NPY_FLOAT32) {
+        auto *out = static_cast<float *>(v);
+        max_pool_walk(static_cast<const float *>(PyArray_DATA(x)), planes, h, w, kh, kw, sh, sw,
+                      dh, dw, ph, pw, oh, ow, [&](npy_intp, int64_t at, float best) {
+                          *out++ = best;
+                          *i++ = at;
+                      });
+    } else {
+        auto *out = static_cast<double *>(v);
+        max_pool_walk(static_cast<const double *>(PyArray_DATA(x)), planes, h, w, kh, kw, sh,
+                      sw, dh, dw, ph, pw, oh, ow, [&](npy_intp, int64_t at, double best) {
+                          *out++ = best;
+                          *i++ = at;
+                      });
+    }
     Py_END_ALLOW_THREADS
     return py::make_tuple(py::reinterpret_steal<py::object>(val),
                           py::reinterpret_steal<py::object>(idx));
+}
+
+// max_pool2d's backward: each window's gradient added at its maximum (the same pick as the
+// forward's), into zeros shaped like x; windows sharing a maximum add up (torch's). One pass,
+// where the indices and a scatter take three.
+py::object max_pool2d_backward(py::object xo, py::object go, npy_intp kh, npy_intp kw,
+                               npy_intp sh, npy_intp sw, npy_intp dh, npy_intp dw, npy_intp ph,
+                               npy_intp pw, npy_intp oh, npy_intp ow) {
+    const int type =
+        check_pool(xo.ptr(), "max_pool2d_backward", kh, kw, sh, sw, dh, dw, ph, pw, oh, ow);
+    auto *x = reinterpret_cast<PyArrayObject *>(xo.ptr());
+    npy_intp planes = PyArray_DIM(x, 0), h = PyArray_DIM(x, 1), w = PyArray_DIM(x, 2);
+    PyObject *gp = go.ptr();
+    if (!PyArray_Check(gp) || PyArray_TYPE(reinterpret_cast<PyArrayObject *>(gp)) != type ||
+        !PyArray_IS_C_CONTIGUOUS(reinterpret_cast<PyArrayObject *>(gp)) ||
+        PyArray_NDIM(reinterpret_cast<PyArrayObject *>(gp)) != 3 ||
+        PyArray_DIM(reinterpret_cast<PyArrayObject *>(gp), 0) != planes ||
+        PyArray_DIM(reinterpret_cast<PyArrayObject *>(gp), 1) != oh ||
+        PyArray_DIM(reinterpret_cast<PyArrayObject *>(gp), 2) != ow)
+        throw py::value_error("max_pool2d_backward(x, grad): grad must be a C-contiguous "
+                              "(planes, OH, OW) array of x's dtype");
+    npy_intp dims[3] = {planes, h, w};
+    PyObject *out = PyArray_ZEROS(3, dims, type, 0);
+    if (!out) throw py::error_already_set();
+    void *gx = PyArray_DATA(reinterpret_cast<PyArrayObject *>(out));
+    const void *g = PyArray_DATA(reinterpret_cast<PyArrayObject *>(gp));
+    const npy_intp hw = h * w;
+    Py_BEGIN_ALLOW_THREADS
+    if (type == NPY_FLOAT32) {
+        auto *dst = static_cast<float *>(gx);
+        const auto *src = static_cast<const float *>(g);
+        max_pool_walk(static_cast<const float *>(PyArray_DATA(x)), planes, h, w, kh, kw, sh, sw,
+                      dh, dw, ph, pw, oh, ow,
+                      [&](npy_intp p, int64_t at, float) { dst[p * hw + at] += *src++; });
+    } else {
+        auto *dst = static_cast<double *>(gx);
+        const auto *src = static_cast<const double *>(g);
+        max_pool_walk(static_cast<const double *>(PyArray_DATA(x)), planes, h, w, kh, kw, sh,
+                      sw, dh, dw, ph, pw, oh, ow,
+                      [&](npy_intp p, int64_t at, double) { dst[p * hw + at] += *src++; });
+    }
+    Py_END_ALLOW_THREADS
+    return py::reinterpret_steal<py::object>(out);
 }
 
 template <typename T>
@@ -1864,6 +1926,11 @@ PYBIND11_MODULE(_C, m) {
           py::arg("oh"), py::arg("ow"),
           "(values, flat indices) of 2-D max pooling over (planes, H, W) float x (twin: "
           "tensorplay._rows.convolution._max_pool_arrays)");
+    m.def("max_pool2d_backward", &max_pool2d_backward, py::arg("x"), py::arg("grad"),
+          py::arg("kh"), py::arg("kw"), py::arg("sh"), py::arg("sw"), py::arg("dh"),
+          py::arg("dw"), py::arg("ph"), py::arg("pw"), py::arg("oh"), py::arg("ow"),
+          "max pooling's input gradient: grad (planes, OH, OW) added at each window's maximum "
+          "of x (planes, H, W) (twin: tensorplay._rows.convolution._max_pool_backward_arrays)");
     m.def("scatter_add", &scatter_add, py::arg("out"), py::arg("index"), py::arg("src"),
           py::arg("outer"), py::arg("k"), py::arg("inner"),
           "out[o, index[o, j, i], i] += src[o, j, i] in place (twin: numpy's add.at in "

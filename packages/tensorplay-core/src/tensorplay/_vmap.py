@@ -338,6 +338,8 @@ def _find_rule(row, inplace: bool) -> Callable | None:
         return _masked_fill
     if name in _FOLD:
         return _fold
+    if name in _FOLD_ALL:
+        return _fold_all
     return None
 
 
@@ -687,6 +689,29 @@ def _fold(func, level, size, args, kwargs):
     n = x._shape[0]
     out = func(e.reshape(size * n, *e._shape[2:]), *args[1:], **kwargs)
     return _map(lambda o: BatchedTensor(o.unflatten(0, (size, n)), level), out)
+
+
+# rows whose leading tensors all have the batch dim N (a pooling's backward: grad_output and
+# input); the value: how many leading arguments are such tensors, and their rank without N
+_FOLD_ALL = {"_max_pool2d_backward": (2, 3)}
+
+
+def _fold_all(func, level, size, args, kwargs):
+    """The batch folded into N of every leading tensor (an unbatched one expanded across the
+    batch first): one call on (size * N, ...)."""
+    count, unbatched = _FOLD_ALL[func.row.name]
+    tensors, rest = args[:count], args[count:]
+    if len(tensors) < count or any(_at(v, level) for v in _flat((rest, kwargs))):
+        return NotImplemented
+    ranks = {len(t._shape) for t in tensors}
+    if len(ranks) != 1 or ranks.pop() not in (unbatched, unbatched + 1):
+        return NotImplemented  # the loop raises the op's own error
+    elems = [_expanded(t, level, size) for t in tensors]
+    if len(tensors[0]._shape) == unbatched:  # each sample is one entry of N: the batch is N
+        return _wrap(func(*elems, *rest, **kwargs), level)
+    n = tensors[0]._shape[0]
+    folded = [e.reshape(size * n, *e._shape[2:]) for e in elems]
+    return BatchedTensor(func(*folded, *rest, **kwargs).unflatten(0, (size, n)), level)
 
 
 # ---- indexing ------------------------------------------------------------------------------

@@ -136,7 +136,31 @@ def _same_pads(dilation, kernel) -> tuple:
     return tuple((t // 2, t - t // 2) for t in totals)
 
 
+_GEOS: dict = {}  # the geometry of calls whose arguments are plain ints, tuples of them, strs
+
+
+def _plain(v) -> bool:
+    t = type(v)
+    return t is int or t is str or (t is tuple and all(type(i) is int for i in v))
+
+
 def _conv_geo(op_name, nd, xs, ws, bs, stride, padding, dilation, groups) -> _ConvGeo:
+    """The checked geometry of a convolution: a model makes the same few calls every step
+    (forward, then its derivatives), each asking again; a call of plain values is kept (a
+    bool or numpy int among them is checked every time: it can be an error)."""
+    if not (_plain(stride) and _plain(padding) and _plain(dilation) and type(groups) is int):
+        return _conv_geo_checked(op_name, nd, xs, ws, bs, stride, padding, dilation, groups)
+    key = (op_name, nd, tuple(xs), tuple(ws), bs, stride, padding, dilation, groups)
+    geo = _GEOS.get(key)
+    if geo is None:
+        geo = _conv_geo_checked(op_name, nd, xs, ws, bs, stride, padding, dilation, groups)
+        if len(_GEOS) >= 4096:  # a program that keeps changing shapes: start again
+            _GEOS.clear()
+        _GEOS[key] = geo
+    return geo
+
+
+def _conv_geo_checked(op_name, nd, xs, ws, bs, stride, padding, dilation, groups) -> _ConvGeo:
     batched = _check_rank(op_name, nd, xs, ws)
     stride = _conv_ints(op_name, "stride", stride, nd)
     dilation = _conv_ints(op_name, "dilation", dilation, nd)
@@ -958,19 +982,51 @@ def _argmax_of(x, params):
     return call(_WITH_INDICES, (x.detach(),), _max_pool_params(params))[1]
 
 
-def _max_pool_grad(x, index, grad):
-    # each window's gradient goes to its maximum; windows sharing one add up (torch)
-    flat = zeros(
-        tuple(x.shape[:-2]) + (x.shape[-2] * x.shape[-1],), dtype=grad.dtype, device=grad.device
-    )
-    flat = flat.scatter(-1, index.flatten(-2), grad.flatten(-2), reduce="add")
-    return flat.reshape(tuple(x.shape))
+def _max_pool_backward_arrays(
+    xp, grad, a, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False
+):
+    """max_pool2d's input gradient: each window's gradient added at its maximum (windows
+    sharing one add up, as torch's). Float CPU arrays: one native pass that finds each
+    maximum again; else the indices (``_max_pool_arrays``) and a scatter-add of the
+    gradient at them."""
+    g = _pool_geo("max_pool2d", a.shape, kernel_size, stride, padding, dilation, ceil_mode)
+    (h, w), lead = a.shape[-2:], a.shape[:-2]
+    planes, positions = math.prod(lead), math.prod(g.out)
+    if xp is np and NATIVE is not None and a.dtype in _NATIVE_POOL and grad.dtype == a.dtype:
+        geo = (*g.kernel, *g.stride, *g.dilation, *g.padding, *g.out)
+        x3 = np.ascontiguousarray(a).reshape(planes, h, w)
+        g3 = np.ascontiguousarray(grad).reshape(planes, *g.out)
+        return NATIVE.max_pool2d_backward(x3, g3, *geo).reshape(a.shape)
+    index = _max_pool_arrays(xp, a, g)[1].reshape(planes, positions)
+    flat = xp.zeros((planes, h * w), dtype=grad.dtype)
+    src = grad.reshape(planes, positions)
+    return OPS["scatter"].kernel(xp, flat, 1, index, src, reduce="add").reshape(a.shape)
+
+
+def _max_pool_backward_shape(grad_output, input, *args, **kwargs):
+    want = _max_pool_shape(input, *args, **kwargs)
+    if tuple(grad_output._shape) != tuple(want):
+        raise RuntimeError(
+            f"_max_pool2d_backward(): grad_output has shape {list(grad_output._shape)}, but "
+            f"the pooling of input {list(input._shape)} gives {list(want)}"
+        )
+    return input._shape
+
+
+def _max_pool_backward_vjp(ctx, gg):
+    # linear in grad_output (at the maxima the input picks; piecewise constant in input):
+    # its adjoint reads gg at those maxima
+    if not ctx.needs_input_grad[0]:
+        return None, None
+    x = ctx.inputs[1]
+    index = _argmax_of(x, ctx.params)
+    return gg.flatten(-2).gather(-1, index.flatten(-2)).reshape(tuple(index.shape)), None
 
 
 def _max_pool_vjp(ctx, grad):
     x = ctx.inputs[0]
     g = grad[0] if isinstance(grad, tuple) else grad
-    return (_max_pool_grad(x, _argmax_of(x, ctx.params), g),)
+    return (_MAX_POOL_BACKWARD.fn(g, x, **_max_pool_params(ctx.params)),)
 
 
 def _max_pool_tangent(ctx, t):
@@ -1039,6 +1095,24 @@ _WITH_INDICES = op(
     method=False,
     vjp=_max_pool_vjp,
     jvp=_with_indices_jvp,
+)
+
+
+_MAX_POOL_BACKWARD = op(
+    "_max_pool2d_backward",
+    "grad_output, input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False",
+    kind="other",
+    n_inputs=2,
+    kernel=_max_pool_backward_arrays,
+    shape=_max_pool_backward_shape,
+    dtype=M.same,
+    promote="same",
+    allow="if",
+    method=False,
+    vjp=_max_pool_backward_vjp,
+    jvp=lambda ctx, tg, tx: (
+        None if tg is None else _MAX_POOL_BACKWARD.fn(tg, ctx.inputs[1], **ctx.params)
+    ),
 )
 
 
