@@ -315,14 +315,23 @@ def full(size, fill_value, *, dtype=None, device=None, requires_grad: bool = Fal
     return _finish(t, requires_grad)
 
 
+def _filled(op: str, size: tuple, value: int, dtype, device, requires_grad: bool) -> Tensor:
+    """zeros/ones: ``full`` without its value checks, since 0 and 1 are exact in every
+    dtype (autograd asks for zeros on every backward pass of some ops)."""
+    shape = _shape_arg(size, op)
+    dt = _dtype_arg(dtype, op) or D.get_default_dtype()
+    t = empty_tensor(shape, dt, canonical(device))
+    if t._data is not None:
+        t._data.fill(value)
+    return _finish(t, requires_grad)
+
+
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    dt = _dtype_arg(dtype, "zeros") or D.get_default_dtype()
-    return full(_shape_arg(size, "zeros"), 0, dtype=dt, device=device, requires_grad=requires_grad)
+    return _filled("zeros", size, 0, dtype, device, requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    dt = _dtype_arg(dtype, "ones") or D.get_default_dtype()
-    return full(_shape_arg(size, "ones"), 1, dtype=dt, device=device, requires_grad=requires_grad)
+    return _filled("ones", size, 1, dtype, device, requires_grad)
 
 
 def _like(fn, name):
