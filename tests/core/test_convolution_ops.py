@@ -271,6 +271,50 @@ def test_max_pool2d_ties_and_nans_pick_torchs_index(torch):
     np.testing.assert_array_equal(_np(a[1]), b[1].numpy())
 
 
+def test_max_pool2d_backward_puts_each_gradient_where_torch_does(torch, monkeypatch):
+    """Ties, NaNs and overlapping windows: the gradient goes to the position the forward
+    picked, natively (one pass) and through the indices and a scatter (its twin)."""
+    from tensorplay._rows import convolution
+
+    rows = [[1.0, 3.0, 3.0, 2.0], [float("nan"), 0.0, float("nan"), 5.0], [4.0, 4.0, 4.0, 4.0]]
+    cases = ({"kernel_size": 2, "stride": 1}, {"kernel_size": (1, 2), "padding": (0, 1)})
+    for native in (True, False):
+        if not native:
+            monkeypatch.setattr(convolution, "NATIVE", None)
+        for kw in cases:
+            for dtype in (tp.float32, tp.float64):
+                x = tp.tensor([[rows]], dtype=dtype, requires_grad=True)
+                tx = torch.tensor([[rows]], dtype=getattr(torch, dtype.name), requires_grad=True)
+                out = tp.max_pool2d(x, **kw)
+                g = tp.arange(1.0, out.numel() + 1).reshape(tuple(out.shape)).to(dtype)
+                (got,) = tp.autograd.grad(out, x, g)
+                tout = torch.nn.functional.max_pool2d(tx, **kw)
+                (want,) = torch.autograd.grad(tout, tx, torch.from_numpy(g.numpy()))
+                np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_native_max_pool2d_backward_refuses_misuse():
+    from tensorplay._native import NATIVE
+
+    if NATIVE is None:
+        pytest.skip("tensorplay._C is not loaded (TENSORPLAY_PURE_PYTHON=1 or not built)")
+    x = np.zeros((2, 4, 4), np.float32)
+    geo = (2, 2, 2, 2, 1, 1, 0, 0, 2, 2)
+    assert NATIVE.max_pool2d_backward(x, np.ones((2, 2, 2), np.float32), *geo).shape == (2, 4, 4)
+    with pytest.raises(ValueError, match="grad must be a C-contiguous"):
+        NATIVE.max_pool2d_backward(x, np.ones((2, 3, 2), np.float32), *geo)  # wrong shape
+    with pytest.raises(ValueError, match="grad must be"):
+        NATIVE.max_pool2d_backward(x, np.ones((2, 2, 2), np.float64), *geo)  # another dtype
+    with pytest.raises(ValueError, match="grad must be"):
+        NATIVE.max_pool2d_backward(x, [[1.0]], *geo)  # not an array
+    with pytest.raises(ValueError, match="float32/float64"):
+        NATIVE.max_pool2d_backward(x.astype(np.int64), np.ones((2, 2, 2)), *geo)
+    with pytest.raises(ValueError, match="wholly in the padding"):
+        NATIVE.max_pool2d_backward(x, np.ones((2, 2, 2), np.float32), 2, 2, 2, 2, 1, 1, 0, 0, 9, 2)
+    with pytest.raises(TypeError, match="numpy array"):
+        NATIVE.max_pool2d_backward(None, np.ones((2, 2, 2), np.float32), *geo)
+
+
 AVG_POOL = [
     ((2, 3, 6, 6), {"kernel_size": 2}),
     ((2, 3, 7, 6), {"kernel_size": 3, "stride": 2, "padding": 1}),
