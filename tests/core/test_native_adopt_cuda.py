@@ -68,6 +68,29 @@ def test_what_it_leaves_to_python(stand_in):
     assert NATIVE.adopt_cuda(np.zeros(3, np.float32), tp.float32, cuda) is None  # not CuPy's
 
 
+class _FlagsOnly(_Array):
+    """A CuPy array of a version without ``_c_contiguous``: only ``flags`` says it."""
+
+    def __getattribute__(self, name):
+        if name == "_c_contiguous":
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+def test_contiguity_from_flags_where_the_attribute_is_missing():
+    cuda = tp.device("cuda")
+    NATIVE.init_cuda_adopt(_FlagsOnly, CudaStorage)
+    try:
+        arr = _FlagsOnly((3, 4), "float32")
+        t = NATIVE.adopt_cuda(arr, tp.float32, cuda)
+        assert t is not None and t._data is arr and t._shape == (3, 4)
+        strided = _FlagsOnly((3, 4), "float32", contiguous=False)
+        assert NATIVE.adopt_cuda(strided, tp.float32, cuda) is None
+    finally:  # as the stand_in fixture: CuPy's class back where it is loaded
+        if _device._cupy.cache_info().currsize and _device._cupy()[0] is not None:
+            NATIVE.init_cuda_adopt(_device._cupy()[0].ndarray, CudaStorage)
+
+
 def test_bad_registration_is_refused():
     with pytest.raises(TypeError, match="storage must subclass Storage"):
         NATIVE.init_cuda_adopt(_Array, dict)

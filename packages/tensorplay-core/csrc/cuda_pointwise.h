@@ -13,14 +13,9 @@ struct PointwiseHooks {
     PyObject *ndarray = nullptr;    // cupy.ndarray
     PyObject *functions = nullptr;  // _cuda_pointwise._functions(expr, char, arity, device)
     PyObject *stream = nullptr;     // cupy.cuda.get_current_stream
-    PyObject *cache = nullptr;      // (expr, char, arity, device) -> the functions' table
-    PyObject *flags = nullptr, *c_contiguous = nullptr, *shape = nullptr, *dtype = nullptr,
-             *data = nullptr, *ptr = nullptr, *device = nullptr, *id = nullptr,
-             *vec = nullptr, *c_contiguous_flag = nullptr;
+    PyObject *shape = nullptr, *dtype = nullptr, *data = nullptr, *ptr = nullptr,
+             *device = nullptr, *id = nullptr, *vec = nullptr;
     bool ready = false;
-    // CuPy keeps an array's contiguity in a readonly attribute (``_c_contiguous``); reading
-    // it makes no ``flags`` object. False once an array lacked it (another CuPy version).
-    bool has_flag = true;
 };
 PointwiseHooks W;
 
@@ -53,13 +48,10 @@ void init_cuda_pointwise(py::object ndarray, py::object functions, py::object st
                              "a class and two callables");
     if (W.ready) throw py::value_error("tensorplay._C.init_cuda_pointwise() was already called");
     PointwiseHooks n;
-    const char *names[] = {"flags", "c_contiguous", "shape", "dtype", "data",
-                           "ptr",   "device",       "id",    "vec",   "_c_contiguous"};
-    PyObject **slots[] = {&n.flags, &n.c_contiguous, &n.shape, &n.dtype, &n.data,
-                          &n.ptr,   &n.device,       &n.id,    &n.vec,  &n.c_contiguous_flag};
+    const char *names[] = {"shape", "dtype", "data", "ptr", "device", "id", "vec"};
+    PyObject **slots[] = {&n.shape, &n.dtype, &n.data, &n.ptr, &n.device, &n.id, &n.vec};
     for (size_t i = 0; i < sizeof(names) / sizeof(*names); ++i)
         if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) throw py::error_already_set();
-    if (!(n.cache = PyDict_New())) throw py::error_already_set();
     // kept for the life of the process (CuPy's class and functions, a module function)
     n.ndarray = ndarray.release().ptr();
     n.functions = functions.release().ptr();
@@ -113,18 +105,9 @@ int read_operand(PyObject *a, Operand *op) {
         size *= d;
     }
     op->size = size;
-    PyObject *c = nullptr;
-    if (W.has_flag) {
-        c = PyObject_GetAttr(a, W.c_contiguous_flag);
-        if (!c && PyErr_ExceptionMatches(PyExc_AttributeError)) {
-            PyErr_Clear();
-            W.has_flag = false;
-        }
-    }
-    if (!c && !PyErr_Occurred()) c = attr2(a, W.flags, W.c_contiguous);
-    if (!c) return -1;
-    op->contiguous = c == Py_True;
-    Py_DECREF(c);
+    const int c = cupy_c_contiguous(a);
+    if (c < 0) return -1;
+    op->contiguous = c == 1;
     PyObject *p = attr2(a, W.data, W.ptr);
     if (!p) return -1;
     op->ptr = static_cast<uintptr_t>(PyLong_AsUnsignedLongLong(p));

@@ -234,12 +234,41 @@ PyObject *adopt_cpu(PyObject *r, PyArray_Descr *descr, PyObject *odt) {
 // CudaStorage.__init__ per op result). The classes are registered once CuPy loads
 // (init_cuda_adopt, from tensorplay._native); anything else is left to Python.
 
+// Is CuPy array ``a`` C-contiguous? 1 or 0, or -1 with an exception set. CuPy keeps it in a
+// readonly attribute (``_c_contiguous``), read without making a ``flags`` object; where an
+// array lacks it (another CuPy version) ``flags.c_contiguous`` from then on. (cuda_pointwise
+// reads its operands through this too.)
+int cupy_c_contiguous(PyObject *a) {
+    static PyObject *attr = PyUnicode_InternFromString("_c_contiguous");
+    static PyObject *flags = PyUnicode_InternFromString("flags");
+    static PyObject *c_contiguous = PyUnicode_InternFromString("c_contiguous");
+    static bool has_attr = true;
+    if (!attr || !flags || !c_contiguous) return -1;
+    PyObject *c = nullptr;
+    if (has_attr) {
+        c = PyObject_GetAttr(a, attr);
+        if (!c && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+            PyErr_Clear();
+            has_attr = false;
+        }
+    }
+    if (!c && !has_attr) {
+        PyObject *f = PyObject_GetAttr(a, flags);
+        c = f ? PyObject_GetAttr(f, c_contiguous) : nullptr;
+        Py_XDECREF(f);
+    }
+    if (!c) return -1;
+    const int r = PyObject_IsTrue(c);
+    Py_DECREF(c);
+    return r;
+}
+
 struct CudaAdopt {
     PyTypeObject *ndarray = nullptr;  // cupy.ndarray
     PyTypeObject *storage = nullptr;  // tensorplay._storage.CudaStorage
     Py_ssize_t mem = 0;               // CudaStorage._mem's slot
-    PyObject *c_contiguous = nullptr, *dtype = nullptr, *np = nullptr, *data = nullptr,
-             *shape = nullptr, *nbytes = nullptr;
+    PyObject *dtype = nullptr, *np = nullptr, *data = nullptr, *shape = nullptr,
+             *nbytes = nullptr;
     bool ready = false;
 };
 CudaAdopt CA;
@@ -253,8 +282,8 @@ void init_cuda_adopt(py::object ndarray, py::object storage) {
                              "(after tensorplay._C.init)");
     CudaAdopt n;
     n.mem = slot_offset(st, "_mem");
-    const char *names[] = {"_c_contiguous", "dtype", "np", "data", "shape", "nbytes"};
-    PyObject **slots[] = {&n.c_contiguous, &n.dtype, &n.np, &n.data, &n.shape, &n.nbytes};
+    const char *names[] = {"dtype", "np", "data", "shape", "nbytes"};
+    PyObject **slots[] = {&n.dtype, &n.np, &n.data, &n.shape, &n.nbytes};
     for (size_t i = 0; i < sizeof(names) / sizeof(*names); ++i)
         if (!(*slots[i] = PyUnicode_InternFromString(names[i]))) throw py::error_already_set();
     // a test may register a stand-in and then the real classes: the newest wins; the old
@@ -269,11 +298,7 @@ void init_cuda_adopt(py::object ndarray, py::object storage) {
 // Python must adopt it (not a registered array, not C-contiguous, another dtype).
 PyObject *adopt_cuda(PyObject *r, PyObject *odt, PyObject *dev) {
     if (!CA.ready || Py_TYPE(r) != CA.ndarray) return nullptr;
-    PyObject *c = PyObject_GetAttr(r, CA.c_contiguous);
-    if (!c) return nullptr;
-    const bool contiguous = c == Py_True;
-    Py_DECREF(c);
-    if (!contiguous) return nullptr;
+    if (cupy_c_contiguous(r) != 1) return nullptr;  // (-1: the exception stays set)
     PyObject *have = PyObject_GetAttr(r, CA.dtype), *want = have ? PyObject_GetAttr(odt, CA.np) : nullptr;
     int same = have && want ? PyObject_RichCompareBool(have, want, Py_EQ) : -1;
     Py_XDECREF(have);

@@ -338,8 +338,6 @@ def _find_rule(row, inplace: bool) -> Callable | None:
         return _masked_fill
     if name in _FOLD:
         return _fold
-    if name in _FOLD_ALL:
-        return _fold_all
     return None
 
 
@@ -665,41 +663,21 @@ def _masked_fill(func, level, size, args, kwargs):
     return BatchedTensor(func(_expanded(x, level, size), mask, value), level)
 
 
-# convolutions and pooling: rows whose input has a leading batch dim N (or none: one
-# sample), and whose other tensors (weights) apply to every entry of N alike; the value:
-# the rank of an input without N
+# convolutions and pooling: rows whose leading tensor arguments have a leading batch dim N
+# (or none: one sample), and whose other tensors (weights) apply to every entry of N alike;
+# the value: how many leading arguments are such tensors (a pooling's backward has two,
+# grad_output and input), and their rank without N
 _FOLD = {
-    "conv1d": 2, "conv2d": 3, "conv_transpose1d": 2, "conv_transpose2d": 3, "max_pool2d": 3,
-    "_max_pool2d_with_indices": 3, "avg_pool2d": 3, "adaptive_avg_pool2d": 3,
+    "conv1d": (1, 2), "conv2d": (1, 3), "conv_transpose1d": (1, 2), "conv_transpose2d": (1, 3),
+    "max_pool2d": (1, 3), "_max_pool2d_with_indices": (1, 3), "avg_pool2d": (1, 3),
+    "adaptive_avg_pool2d": (1, 3), "_max_pool2d_backward": (2, 3),
 }  # fmt: skip
 
 
 def _fold(func, level, size, args, kwargs):
-    """The batch folded into N: one call on (size * N, ...) when only the input is batched
-    (batched weights: the loop)."""
-    x = args[0]
-    if not _at(x, level) or any(_at(v, level) for v in _flat((args[1:], kwargs))):
-        return NotImplemented
-    unbatched = _FOLD[func.row.name]
-    e = x.elem
-    if len(x._shape) == unbatched:  # each sample is one entry of N: the batch is N
-        return _wrap(func(e, *args[1:], **kwargs), level)
-    if len(x._shape) != unbatched + 1:
-        return NotImplemented  # the loop raises the op's own error
-    n = x._shape[0]
-    out = func(e.reshape(size * n, *e._shape[2:]), *args[1:], **kwargs)
-    return _map(lambda o: BatchedTensor(o.unflatten(0, (size, n)), level), out)
-
-
-# rows whose leading tensors all have the batch dim N (a pooling's backward: grad_output and
-# input); the value: how many leading arguments are such tensors, and their rank without N
-_FOLD_ALL = {"_max_pool2d_backward": (2, 3)}
-
-
-def _fold_all(func, level, size, args, kwargs):
-    """The batch folded into N of every leading tensor (an unbatched one expanded across the
-    batch first): one call on (size * N, ...)."""
-    count, unbatched = _FOLD_ALL[func.row.name]
+    """The batch folded into N of every leading tensor (one of them unbatched: expanded
+    across the batch first): one call on (size * N, ...). Batched weights: the loop."""
+    count, unbatched = _FOLD[func.row.name]
     tensors, rest = args[:count], args[count:]
     if len(tensors) < count or any(_at(v, level) for v in _flat((rest, kwargs))):
         return NotImplemented
@@ -710,8 +688,8 @@ def _fold_all(func, level, size, args, kwargs):
     if len(tensors[0]._shape) == unbatched:  # each sample is one entry of N: the batch is N
         return _wrap(func(*elems, *rest, **kwargs), level)
     n = tensors[0]._shape[0]
-    folded = [e.reshape(size * n, *e._shape[2:]) for e in elems]
-    return BatchedTensor(func(*folded, *rest, **kwargs).unflatten(0, (size, n)), level)
+    out = func(*(e.reshape(size * n, *e._shape[2:]) for e in elems), *rest, **kwargs)
+    return _map(lambda o: BatchedTensor(o.unflatten(0, (size, n)), level), out)
 
 
 # ---- indexing ------------------------------------------------------------------------------
